@@ -1,0 +1,603 @@
+"""The minimal agent loop: the model proposes tool calls, Python runs them, the results go back.
+
+Read it top to bottom: settings, the three tools, TOOLS and TOOL_MAP, executing one call,
+run() (the loop), main() (the command line).  `python agent.py --help` lists the options.
+"""
+
+from __future__ import annotations
+
+import argparse
+import codecs
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import model_client
+
+# --- Settings ---------------------------------------------------------------------------
+
+MAX_STEPS = 20  # model requests per run; the loop stops there even if the model goes on
+SHELL_TIMEOUT = 60.0  # seconds a run_shell command may take before its process group is killed
+MAX_RESULT_CHARS = 20_000  # a longer tool result keeps its first and last half of this
+WORKDIR = Path(__file__).resolve().parent / "playground"  # where the tools act by default
+
+SYSTEM_PROMPT = (
+    "You are a small coding agent working in one folder, the workdir. Paths given to "
+    "read_file and write_file are relative to it, and run_shell runs commands in it. "
+    "Use the tools to do the task and check what they return instead of guessing. "
+    "When the task is done, reply with a short answer and call no tool."
+)
+DEMO_TASK = (
+    "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
+    "python3, and tell me the real output."
+)
+
+# What the tools act on; run() sets these from its arguments before the first step.
+workdir = WORKDIR
+shell_timeout = SHELL_TIMEOUT
+approve_all = False
+
+
+# --- The three tools: plain functions; an exception becomes an "Error: ..." for the model ----
+
+
+def read_file(path: str) -> str:
+    """Return a text file's contents (UTF-8; undecodable bytes become U+FFFD)."""
+    file = inside_workdir(path)
+    if file.is_dir():
+        raise IsADirectoryError(f"{path} is a folder, not a file")
+    if not file.is_file():
+        raise FileNotFoundError(f"{path} does not exist or is not a regular file")
+    size = file.stat().st_size
+    half = MAX_RESULT_CHARS // 2
+    with open(file, "rb") as f:
+        if size <= MAX_RESULT_CHARS:  # a byte never decodes to more than one character
+            return f.read().decode("utf-8", "replace")
+        # Read only the two ends that will be returned, however large the file is.
+        head = f.read(half).decode("utf-8", "replace")
+        f.seek(-half, os.SEEK_END)
+        tail = f.read().decode("utf-8", "replace")
+    return f"{head}\n[... {size - 2 * half} bytes left out ...]\n{tail}"
+
+
+def write_file(path: str, content: str) -> str:
+    """Write content to a file, creating folders; atomic, so a crash never leaves half a file."""
+    file = inside_workdir(path)
+    if file.is_dir():
+        raise IsADirectoryError(f"{path} is a folder")
+    file.parent.mkdir(parents=True, exist_ok=True)
+    data = content.encode("utf-8", "replace")
+    fd, temporary = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.chmod(temporary, file.stat().st_mode if file.exists() else 0o666 & ~current_umask())
+        os.replace(temporary, file)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+    return f"Wrote {len(content)} characters ({len(data)} bytes) to {path}"
+
+
+def run_shell(command: str) -> str:
+    """Run a shell command in the workdir once the user approves it; return exit code and output."""
+    if not approved(command):
+        raise PermissionError("the user did not approve this command, so it was not run")
+    proc = subprocess.Popen(
+        command,
+        shell=True,
+        cwd=workdir,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, so a kill reaches all it started
+    )
+    captured: dict[str, str] = {}
+    reader = threading.Thread(target=keep_head_and_tail, args=(proc.stdout, captured), daemon=True)
+    reader.start()
+    try:
+        reader.join(shell_timeout)  # the pipe closes when the command and all it started end
+        timed_out = reader.is_alive()
+    finally:
+        kill_process_group(proc)  # on time-out, on Ctrl-C, and whatever it left running
+        reader.join(5)
+        proc.wait()
+        proc.stdout.close()
+    output = captured.get("text", "(output unavailable)")
+    if timed_out:
+        return (
+            f"Error: timed out after {shell_timeout:g} s; the command and everything it "
+            f"started were killed. Output so far:\n{output}"
+        )
+    return f"exit code {proc.returncode}\n{output}"
+
+
+# --- What the tools need: the workdir fence, approval, process groups, capped output ---------
+
+
+def inside_workdir(path: str) -> Path:
+    """The real location of path, resolved against the workdir; refused if it lies outside."""
+    root = Path(workdir).resolve()
+    target = (root / path).resolve()  # follows symlinks and "..", so neither gets out
+    if not target.is_relative_to(root):
+        raise PermissionError(f"{path} is outside the workdir; only paths inside it are allowed")
+    return target
+
+
+def current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def approved(command: str) -> bool:
+    """Ask the user on the terminal: y runs it, a runs this and every later command, else no."""
+    global approve_all
+    if approve_all:
+        return True
+    if not sys.stdin.isatty():
+        say("  not run: stdin is not a terminal, so nobody can approve it (start with --yes)")
+        raise PermissionError(
+            "the command was not run: it needs the user's approval and nobody can give it "
+            "here (the user can restart the agent with --yes)"
+        )
+    say(f"  $ {command}")
+    sys.stderr.write("  Run it? [y/N/a] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
+    approve_all = answer in ("a", "always")
+    return approve_all or answer in ("y", "yes")
+
+
+def kill_process_group(proc: subprocess.Popen) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def keep_head_and_tail(stream, captured: dict, limit: int = MAX_RESULT_CHARS - 200) -> None:
+    """Read a stream to its end keeping only its two ends, so endless output cannot fill memory.
+
+    The 200 characters spared leave room for run_shell's status line within the cap.
+    """
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    half = limit // 2
+    head, tail, total = "", "", 0
+    while True:
+        chunk = stream.read1(65536)
+        text = decoder.decode(chunk, final=not chunk)
+        total += len(text)
+        if len(head) < half:
+            room = half - len(head)
+            head, text = head + text[:room], text[room:]
+        tail = (tail + text)[-half:]
+        if not chunk:
+            break
+    omitted = total - len(head) - len(tail)
+    marker = f"\n[... {omitted} characters left out ...]\n" if omitted > 0 else ""
+    captured["text"] = head + marker + tail
+
+
+def cap(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+    """Keep the head and the tail of a long text, and say how much was left out between them."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
+
+
+# --- TOOLS (the schemas the model sees) and TOOL_MAP (name -> Python function) -----------
+
+
+def function_tool(name: str, description: str, **parameters: str) -> dict:
+    """A Chat Completions tool schema whose parameters are all required strings."""
+    properties = {p: {"type": "string", "description": d} for p, d in parameters.items()}
+    return {
+        "type": "function",
+        "function": {
+            "name": name,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": properties,
+                "required": list(parameters),
+                "additionalProperties": False,
+            },
+        },
+    }
+
+
+TOOLS = [
+    function_tool(
+        "read_file",
+        "Read a UTF-8 text file in the workdir.",
+        path="File path, relative to the workdir.",
+    ),
+    function_tool(
+        "write_file",
+        "Create or overwrite a text file in the workdir (missing folders are created).",
+        path="File path, relative to the workdir.",
+        content="The complete new contents of the file.",
+    ),
+    function_tool(
+        "run_shell",
+        "Run a shell command in the workdir (the user approves it first) and return its "
+        "exit code and combined stdout and stderr.",
+        command="The command line, run by /bin/sh.",
+    ),
+]
+TOOL_MAP = {"read_file": read_file, "write_file": write_file, "run_shell": run_shell}
+
+
+# --- Executing one tool call: every failure comes back as text starting with "Error:" ------
+
+
+def execute_tool_call(call: dict) -> str:
+    """Run one tool call from an assistant message and return the tool message's content."""
+    name, arguments = call["function"]["name"], call["function"]["arguments"]
+    if name not in TOOL_MAP:
+        result = f"Error: there is no tool {name!r}; the tools are {', '.join(TOOL_MAP)}"
+    else:
+        try:
+            args = json.loads(arguments or "{}")
+            problem = argument_problem(name, args)
+            result = f"Error: {problem}" if problem else TOOL_MAP[name](**args)
+        except json.JSONDecodeError as error:
+            result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"
+        except Exception as error:  # a failing tool is news for the model, not a crash
+            result = f"Error: {type(error).__name__}: {error}"
+    # Lone surrogates (from JSON escapes like "\ud800") cannot be encoded; replace them.
+    return cap(result.encode("utf-8", "replace").decode("utf-8"))
+
+
+def argument_problem(name: str, args: object) -> str | None:
+    """What is wrong with a call's parsed arguments, checked against the tool's schema."""
+    schema = next(t["function"]["parameters"] for t in TOOLS if t["function"]["name"] == name)
+    expected = f"{name} takes a JSON object with the string fields {', '.join(schema['required'])}"
+    if not isinstance(args, dict):
+        return f"{expected}, not {type(args).__name__}"
+    problems = [f"missing {p!r}" for p in schema["required"] if p not in args]
+    problems += [f"unexpected {p!r}" for p in args if p not in schema["properties"]]
+    problems += [
+        f"{p!r} is {type(v).__name__}, not a string"
+        for p, v in args.items()
+        if p in schema["properties"] and not isinstance(v, str)
+    ]
+    return f"{expected}: {'; '.join(problems)}" if problems else None
+
+
+# --- The loop --------------------------------------------------------------------------
+
+
+def run(
+    task: str,
+    client=None,
+    *,
+    model: str | None = None,
+    max_steps: int = MAX_STEPS,
+    workdir: str | Path = WORKDIR,
+    timeout: float = SHELL_TIMEOUT,
+    yes: bool = False,
+    save: str | Path | None = None,
+    raw: bool = False,
+) -> dict:
+    """Work on task until the model replies without tool calls, or max_steps requests are made.
+
+    Returns text (the final reply, or None), stop_reason ("finished" or "max_steps"), steps,
+    tool_calls, messages (exactly what the model was sent, plus its last reply) and usage.
+    """
+    client = client or model_client.create_client()
+    model = model or model_client.load_config()["model"]
+    set_up_tools(workdir, timeout, yes)
+    if save:
+        Path(save).write_text("", encoding="utf-8")  # a new transcript for each run
+    messages: list[dict] = []
+    totals = {"steps": 0, "tool_calls": 0}
+    usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
+    append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
+    append(messages, {"role": "user", "content": task}, save)
+
+    for step in range(1, max_steps + 1):
+        with waiting_for_model(step):
+            resp = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        msg = resp.choices[0].message
+        totals["steps"] = step
+        note_reply(resp, usage, raw)
+        assistant = assistant_message(msg, step)
+        append(messages, assistant, save)  # append only: earlier messages never change
+        if "tool_calls" not in assistant:
+            print(msg.content or "")
+            return finish("finished", msg.content, messages, totals, usage)
+        for call in assistant["tool_calls"]:  # one tool message per call, in order
+            show_call(step, call)
+            result = execute_tool_call(call)
+            say(f"      -> {one_line(result)}")
+            append(messages, {"role": "tool", "tool_call_id": call["id"], "content": result}, save)
+            totals["tool_calls"] += 1
+
+    say(f"stopped: the step limit ({max_steps} requests) was reached; raise it with --max-steps")
+    return finish("max_steps", None, messages, totals, usage)
+
+
+# --- What the loop calls -----------------------------------------------------------------
+
+
+def set_up_tools(folder: str | Path, timeout: float, yes: bool) -> None:
+    global workdir, shell_timeout, approve_all
+    workdir = Path(folder).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    shell_timeout, approve_all = timeout, yes
+
+
+def append(messages: list[dict], message: dict, save: str | Path | None) -> None:
+    """Add a message to the history and, with --save, to the transcript at once."""
+    messages.append(message)
+    if save:
+        with open(save, "a", encoding="utf-8") as transcript:
+            transcript.write(json.dumps(message) + "\n")
+
+
+def assistant_message(msg, step: int) -> dict:
+    """The assistant message to send back, built field by field (see the README for why)."""
+    message: dict = {"role": "assistant", "content": msg.content or None}
+    if msg.tool_calls:
+        message["tool_calls"] = []
+        for index, call in enumerate(msg.tool_calls):
+            # Some servers send no id, or one id twice; every call needs its own for its answer.
+            taken = {c["id"] for c in message["tool_calls"]}
+            call_id = call.id if call.id and call.id not in taken else f"call_{step}_{index}"
+            function = {"name": call.function.name, "arguments": call.function.arguments or ""}
+            message["tool_calls"].append({"id": call_id, "type": "function", "function": function})
+    # DeepSeek's thinking mode rejects a history whose tool-calling turns lost this, even "".
+    if "reasoning_content" in (msg.model_extra or {}):
+        message["reasoning_content"] = msg.model_extra["reasoning_content"]
+    return message
+
+
+def note_reply(resp, usage: dict, raw: bool) -> None:
+    """Print the raw response (--raw), warn of a cut-off reply, and add up the tokens."""
+    if raw:
+        say(resp.model_dump_json(indent=2))
+    reason = resp.choices[0].finish_reason
+    if reason in ("length", "content_filter"):
+        say(f"warning: the reply was cut off (finish_reason {reason}); it may be incomplete")
+    if resp.usage:
+        extra = resp.usage.model_extra or {}
+        details = resp.usage.prompt_tokens_details
+        cached = extra.get("prompt_cache_hit_tokens", details and details.cached_tokens)
+        usage["prompt_tokens"] += resp.usage.prompt_tokens or 0
+        usage["cache_hit_tokens"] += cached or 0
+        usage["completion_tokens"] += resp.usage.completion_tokens or 0
+
+
+def finish(reason: str, text: str | None, messages: list, totals: dict, usage: dict) -> dict:
+    say(
+        f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
+        f"prompt tokens {usage['prompt_tokens']}, cache-hit tokens {usage['cache_hit_tokens']}, "
+        f"completion tokens {usage['completion_tokens']}"
+    )
+    return {"text": text, "stop_reason": reason, "messages": messages, "usage": usage, **totals}
+
+
+def say(text: str) -> None:
+    """Everything but the final answer goes to stderr, so stdout stays clean for pipes."""
+    clear = "\r\033[K" if sys.stderr.isatty() else ""  # wipe the "waiting" indicator
+    print(clear + text, file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def waiting_for_model(step: int):
+    """Show a waiting line on a terminal while the request runs; never in a pipe or a log."""
+    if sys.stderr.isatty():
+        sys.stderr.write(f"[{step}] waiting for the model...")
+        sys.stderr.flush()
+    try:
+        yield
+    finally:
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\033[K")
+            sys.stderr.flush()
+
+
+def show_call(step: int, call: dict) -> None:
+    say(f"[{step}] {call['function']['name']}({short_arguments(call['function']['arguments'])})")
+
+
+def short_arguments(arguments: str) -> str:
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return one_line(arguments, 80)
+    if not isinstance(args, dict):
+        return one_line(arguments, 80)
+    return ", ".join(f"{key}={one_line(repr(value), 60)}" for key, value in args.items())
+
+
+def one_line(text: str, width: int = 100) -> str:
+    flat = " ".join(str(text).split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+# --- The command line --------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python agent.py [options] [TASK ...]; returns the exit code (see the README)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.show:
+        return show_transcript(args.show)
+    config = {"base_url": "", "api_key": ""}
+    try:
+        config = model_client.load_config()
+        if args.replay:
+            client = model_client.ReplayClient(args.replay)
+            source = f"replaying {args.replay} (no model is asked; tools run for real)"
+        else:
+            client = model_client.create_client(config)
+            source = f"model {args.model or config['model']} at {config['base_url']}"
+        say(f"{source}; workdir {args.workdir}")
+        task = " ".join(args.task) or (args.replay and client.task()) or task_from_stdin(parser)
+        result = run(
+            task,
+            client,
+            model=args.model or config["model"],
+            max_steps=args.max_steps,
+            workdir=args.workdir,
+            timeout=args.timeout,
+            yes=args.yes,
+            save=args.save,
+            raw=args.raw,
+        )
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    except (model_client.ConfigError, OSError) as error:
+        say(f"error: {error}")
+        return 1
+    except Exception as error:
+        message = describe_api_error(error, config)
+        if message is None:
+            raise  # not an API error: a bug, so keep the traceback
+        say(f"error: {message}")
+        return 1
+    return 0 if result["stop_reason"] == "finished" else 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agent.py",
+        description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
+        "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
+        "or on a terminal runs the lesson's demo task.",
+        epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit reached, "
+        "130 interrupted. Settings: LLM_API_KEY, LLM_BASE_URL, LLM_MODEL in config.env "
+        "beside agent.py or in the environment.",
+    )
+    parser.add_argument("task", nargs="*", metavar="TASK", help="the task, in words")
+    parser.add_argument(
+        "--workdir",
+        default=WORKDIR,
+        type=Path,
+        help="folder the tools act in (default: %(default)s)",
+    )
+    parser.add_argument("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
+    parser.add_argument(
+        "--max-steps",
+        type=positive(int),
+        default=MAX_STEPS,
+        metavar="N",
+        help="stop after N model requests (default: %(default)s)",
+    )
+    parser.add_argument("--yes", action="store_true", help="run every shell command unasked")
+    parser.add_argument(
+        "--timeout",
+        type=positive(float),
+        default=SHELL_TIMEOUT,
+        metavar="SECONDS",
+        help="time limit for each shell command (default: %(default)g)",
+    )
+    parser.add_argument(
+        "--save", metavar="FILE", help="write the conversation to FILE (JSON Lines)"
+    )
+    parser.add_argument(
+        "--replay",
+        metavar="FILE",
+        help="take the model's replies from a saved transcript (offline)",
+    )
+    parser.add_argument("--raw", action="store_true", help="print every raw response on stderr")
+    parser.add_argument("--show", metavar="FILE", help="print a saved transcript as a timeline")
+    return parser
+
+
+def positive(kind):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+        return value
+
+    return convert
+
+
+def task_from_stdin(parser: argparse.ArgumentParser) -> str:
+    """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task."""
+    if sys.stdin.isatty():
+        say(f"no task given; running the demo task: {DEMO_TASK}")
+        return DEMO_TASK
+    task = sys.stdin.read().strip()
+    if not task:
+        parser.error("no task: give it as words, or pipe it on stdin")
+    return task
+
+
+def describe_api_error(error: Exception, config: dict) -> str | None:
+    """One line that says what went wrong and what to check; None if it is no API error."""
+    import openai
+
+    url = config["base_url"]
+    if isinstance(error, openai.APITimeoutError):  # a subclass of APIConnectionError
+        message = f"the request to {url} timed out (after the SDK's retries): try again later"
+    elif isinstance(error, openai.APIConnectionError):
+        message = f"could not connect to {url}: check LLM_BASE_URL and that the server is running"
+    elif isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        hint = {
+            400: "the server rejected the request: check LLM_MODEL and the message above",
+            401: "check LLM_API_KEY in config.env or the environment",
+            402: "the account's balance is used up: top it up with the provider",
+            403: "the key is not allowed to do this: check LLM_API_KEY and LLM_MODEL",
+            404: f"check LLM_BASE_URL ({url}) and LLM_MODEL",
+            422: "the server rejected a parameter: check LLM_MODEL",
+            429: "rate limited, even after the SDK's retries: wait a little and try again",
+        }.get(status, "the server failed, even after the SDK's retries: try again later")
+        message = f"the server answered {status} ({server_says(error)}): {hint}"
+    elif isinstance(error, openai.APIError):
+        message = f"{type(error).__name__}: {error}"
+    else:
+        return None
+    key = config.get("api_key")
+    return message.replace(key, "***") if key else message  # never print the key
+
+
+def server_says(error) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        body = body.get("message", body) if isinstance(body, dict) else body
+    return one_line(str(body if body is not None else error.message), 200)
+
+
+def show_transcript(path: str) -> int:
+    """--show: print a saved transcript as a readable timeline."""
+    try:
+        messages = model_client.read_transcript(path)
+    except (model_client.ConfigError, OSError) as error:
+        say(f"error: {error}")
+        return 1
+    for number, message in enumerate(messages, 1):
+        role = message["role"]
+        label = f"{number:3} {role}" + (f" [{message['tool_call_id']}]" if role == "tool" else "")
+        if message.get("reasoning_content"):
+            print(f"{label} (thinking): {one_line(message['reasoning_content'], 160)}")
+        if message.get("content") or "tool_calls" not in message:
+            print(f"{label}: {one_line(message.get('content') or '', 160)}")
+        for call in message.get("tool_calls") or []:
+            function = call["function"]
+            print(
+                f"{label} calls {function['name']}({short_arguments(function['arguments'])})"
+                f" [{call['id']}]"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

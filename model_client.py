@@ -1,0 +1,109 @@
+"""Where the agent's model comes from: configuration, `create_client()`, and the replay client.
+
+`openai` and `python-dotenv` are imported inside the functions that need them, so that
+`python agent.py --help` starts without paying for them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+CONFIG_FILE = Path(__file__).resolve().with_name("config.env")
+DEFAULT_BASE_URL = "https://api.deepseek.com"
+MODEL = "deepseek-flash"  # the lesson's model; LLM_MODEL overrides it
+
+
+class ConfigError(Exception):
+    """A setting is missing or wrong; the message says what to change."""
+
+
+def load_config() -> dict[str, str]:
+    """Read config.env beside this file (real environment variables win) and return the settings."""
+    from dotenv import load_dotenv
+
+    load_dotenv(CONFIG_FILE, override=False)
+    return {
+        "api_key": os.environ.get("LLM_API_KEY", "").strip(),
+        "base_url": os.environ.get("LLM_BASE_URL", "").strip() or DEFAULT_BASE_URL,
+        "model": os.environ.get("LLM_MODEL", "").strip() or MODEL,
+    }
+
+
+def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
+    """An OpenAI SDK client for the configured server (DeepSeek unless LLM_BASE_URL is set)."""
+    config = config or load_config()
+    if not config["api_key"]:
+        raise ConfigError(
+            f"LLM_API_KEY is not set: put it in {CONFIG_FILE.name} (copy config.example.env) "
+            "or in the environment"
+        )
+    from openai import OpenAI
+
+    # Key and URL are passed explicitly so the SDK never falls back to OPENAI_API_KEY or
+    # OPENAI_BASE_URL: a user's OpenAI key must not be sent to another provider.
+    return OpenAI(api_key=config["api_key"], base_url=config["base_url"])
+
+
+def read_transcript(path: str | Path) -> list[dict]:
+    """The messages of a transcript saved with --save (JSON Lines, one message a line)."""
+    messages = []
+    with open(path, encoding="utf-8") as file:
+        for number, line in enumerate(file, 1):
+            if not line.strip():
+                continue
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise ConfigError(f"{path} line {number} is not JSON: {error}") from None
+            if not isinstance(message, dict) or "role" not in message:
+                raise ConfigError(f"{path} line {number} is not a message (no 'role')")
+            messages.append(message)
+    return messages
+
+
+class ReplayClient:
+    """Stands in for the OpenAI client: serves a transcript's assistant messages, in order.
+
+    `client.chat.completions.create(...)` returns a real `ChatCompletion`, so the loop cannot
+    tell the difference; no network, no key.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.messages = read_transcript(path)
+        self.replies = [m for m in self.messages if m["role"] == "assistant"]
+        if not self.replies:
+            raise ConfigError(f"{path} has no assistant messages to replay")
+        self.served = 0
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def task(self) -> str | None:
+        """The transcript's first user message: the task it was recorded with."""
+        return next((m["content"] for m in self.messages if m["role"] == "user"), None)
+
+    def create(self, **request):  # -> openai.types.chat.ChatCompletion
+        from openai.types.chat import ChatCompletion
+
+        if self.served == len(self.replies):
+            raise ConfigError(
+                f"the transcript has no more replies after its {self.served} assistant messages"
+            )
+        message = self.replies[self.served]
+        self.served += 1
+        return ChatCompletion.model_validate(
+            {
+                "id": f"replay-{self.served}",
+                "object": "chat.completion",
+                "created": 0,
+                "model": request.get("model", "replay"),
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                    }
+                ],
+            }
+        )
