@@ -24,7 +24,8 @@ import model_client
 
 MAX_STEPS = 20  # model requests per run; the loop stops there even if the model goes on
 SHELL_TIMEOUT = 60.0  # seconds a run_shell command may take before its process group is killed
-MAX_RESULT_CHARS = 20_000  # a longer tool result keeps its first and last half of this
+MAX_RESULT_CHARS = 20_000  # no tool result the model gets is longer than this
+KEEP_CHARS = (MAX_RESULT_CHARS - 100) // 2  # kept at each end of a longer one (marker room)
 WORKDIR = Path(__file__).resolve().parent / "playground"  # where the tools act by default
 
 SYSTEM_PROMPT = (
@@ -55,15 +56,14 @@ def read_file(path: str) -> str:
     if not file.is_file():
         raise FileNotFoundError(f"{path} does not exist or is not a regular file")
     size = file.stat().st_size
-    half = MAX_RESULT_CHARS // 2
     with open(file, "rb") as f:
         if size <= MAX_RESULT_CHARS:  # a byte never decodes to more than one character
             return f.read().decode("utf-8", "replace")
         # Read only the two ends that will be returned, however large the file is.
-        head = f.read(half).decode("utf-8", "replace")
-        f.seek(-half, os.SEEK_END)
+        head = f.read(KEEP_CHARS).decode("utf-8", "replace")
+        f.seek(-KEEP_CHARS, os.SEEK_END)
         tail = f.read().decode("utf-8", "replace")
-    return f"{head}\n[... {size - 2 * half} bytes left out ...]\n{tail}"
+    return f"{head}\n[... {size - 2 * KEEP_CHARS} bytes left out ...]\n{tail}"
 
 
 def write_file(path: str, content: str) -> str:
@@ -160,13 +160,10 @@ def kill_process_group(proc: subprocess.Popen) -> None:
         os.killpg(proc.pid, signal.SIGKILL)
 
 
-def keep_head_and_tail(stream, captured: dict, limit: int = MAX_RESULT_CHARS - 200) -> None:
-    """Read a stream to its end keeping only its two ends, so endless output cannot fill memory.
-
-    The 200 characters spared leave room for run_shell's status line within the cap.
-    """
+def keep_head_and_tail(stream, captured: dict) -> None:
+    """Read a stream to its end keeping only its two ends, so endless output cannot fill memory."""
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    half = limit // 2
+    half = KEEP_CHARS - 100  # room for run_shell's status line
     head, tail, total = "", "", 0
     while True:
         chunk = stream.read1(65536)
@@ -183,12 +180,12 @@ def keep_head_and_tail(stream, captured: dict, limit: int = MAX_RESULT_CHARS - 2
     captured["text"] = head + marker + tail
 
 
-def cap(text: str, limit: int = MAX_RESULT_CHARS) -> str:
+def cap(text: str) -> str:
     """Keep the head and the tail of a long text, and say how much was left out between them."""
-    if len(text) <= limit:
+    if len(text) <= MAX_RESULT_CHARS:
         return text
-    half = limit // 2
-    return f"{text[:half]}\n[... {len(text) - 2 * half} characters left out ...]\n{text[-half:]}"
+    head, tail, omitted = text[:KEEP_CHARS], text[-KEEP_CHARS:], len(text) - 2 * KEEP_CHARS
+    return f"{head}\n[... {omitted} characters left out ...]\n{tail}"
 
 
 # --- TOOLS (the schemas the model sees) and TOOL_MAP (name -> Python function) -----------

@@ -69,9 +69,10 @@ def check_messages(messages: object, served: list[dict], previous: list | None) 
             pending = ids
             if assistants < len(served):
                 sent_back = served[assistants]
-                if "reasoning_content" in sent_back and message.get(
-                    "reasoning_content"
-                ) != sent_back["reasoning_content"]:
+                if (
+                    "reasoning_content" in sent_back
+                    and message.get("reasoning_content") != sent_back["reasoning_content"]
+                ):
                     problems.append(
                         f"Missing `reasoning_content` field in the assistant message at message "
                         f"index {index} (it must be passed back as it was sent)"

@@ -1,0 +1,59 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+import agent  # noqa: E402
+
+
+def clean_env(**settings: str) -> dict[str, str]:
+    """The environment without any LLM_ or OPENAI_ variable of the user's, plus settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "OPENAI_"))}
+    env.pop("NO_COLOR", None)
+    env.update(settings)
+    return env
+
+
+def stub_env(server, **settings: str) -> dict[str, str]:
+    """Settings that point the agent at a stub server (every LLM_ variable set, so a
+    developer's own config.env cannot change what the test sees)."""
+    return clean_env(
+        LLM_API_KEY=server.api_key, LLM_BASE_URL=server.url, LLM_MODEL="deepseek-flash", **settings
+    )
+
+
+def run_agent(
+    *args: str, env: dict, stdin: str | None = "", timeout: float = 60, script: Path | None = None
+) -> subprocess.CompletedProcess:
+    """Run `python agent.py ARGS` as a user would, in a separate process."""
+    return subprocess.run(
+        [sys.executable, str(script or ROOT / "agent.py"), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+        cwd=ROOT / "tests",  # not the project folder: nothing may depend on the cwd
+    )
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    folder = tmp_path / "work"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture(autouse=True)
+def reset_tool_state():
+    """run() sets the tools' module state; start each test from the defaults."""
+    yield
+    agent.set_up_tools(agent.WORKDIR, agent.SHELL_TIMEOUT, False)

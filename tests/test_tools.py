@@ -1,0 +1,265 @@
+"""The tools as the model meets them: through execute_tool_call, with real files and processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+
+import pytest
+from fake_model import tool_call
+
+import agent
+
+
+@pytest.fixture
+def tools(workdir):
+    agent.set_up_tools(workdir, timeout=5, yes=True)
+    return workdir
+
+
+def call(name: str, **arguments) -> str:
+    return agent.execute_tool_call(tool_call(name, arguments))
+
+
+# --- the workdir fence -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["../outside.txt", "sub/../../outside.txt", "/tmp/outside.txt"])
+def test_paths_outside_the_workdir_are_refused(tools, path):
+    assert "outside the workdir" in call("write_file", path=path, content="x")
+    assert "outside the workdir" in call("read_file", path=path)
+    assert not (tools.parent / "outside.txt").exists()
+
+
+def test_a_symlink_pointing_out_is_refused_both_ways(tools):
+    secret = tools.parent / "secret.txt"
+    secret.write_text("secret")
+    (tools / "link").symlink_to(secret)
+    (tools / "dirlink").symlink_to(tools.parent)
+
+    assert "outside the workdir" in call("read_file", path="link")
+    assert "outside the workdir" in call("write_file", path="link", content="overwritten")
+    assert "outside the workdir" in call("write_file", path="dirlink/new.txt", content="x")
+    assert secret.read_text() == "secret"
+    assert not (tools.parent / "new.txt").exists()
+
+
+def test_absolute_paths_inside_the_workdir_are_fine(tools):
+    target = tools / "abs.txt"
+    assert call("write_file", path=str(target), content="ok").startswith("Wrote")
+    assert call("read_file", path=str(target)) == "ok"
+
+
+# --- write_file ------------------------------------------------------------------------
+
+
+def test_write_file_creates_folders_and_reports_what_it_wrote(tools):
+    result = call("write_file", path="a/b/c.txt", content="héllo")
+    assert result == "Wrote 5 characters (6 bytes) to a/b/c.txt"
+    assert (tools / "a/b/c.txt").read_text(encoding="utf-8") == "héllo"
+
+
+def test_write_file_replaces_atomically_and_keeps_the_mode(tools):
+    script = tools / "run.sh"
+    script.write_text("old")
+    script.chmod(0o755)
+    call("write_file", path="run.sh", content="new")
+    assert script.read_text() == "new"
+    assert stat.S_IMODE(script.stat().st_mode) == 0o755
+    assert sorted(p.name for p in tools.iterdir()) == ["run.sh"]  # no temporary file left
+
+
+def test_a_new_file_gets_the_usual_permissions(tools):
+    call("write_file", path="new.txt", content="x")
+    umask = agent.current_umask()
+    assert stat.S_IMODE((tools / "new.txt").stat().st_mode) == 0o666 & ~umask
+
+
+def test_a_failed_write_leaves_the_old_file_whole(tools, monkeypatch):
+    (tools / "keep.txt").write_text("original")
+
+    def crash(*args):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(agent.os, "replace", crash)
+    assert call("write_file", path="keep.txt", content="new").startswith("Error: OSError")
+    assert (tools / "keep.txt").read_text() == "original"
+    assert sorted(p.name for p in tools.iterdir()) == ["keep.txt"]
+
+
+def test_write_file_refuses_a_folder(tools):
+    (tools / "dir").mkdir()
+    assert call("write_file", path="dir", content="x").startswith("Error: IsADirectoryError")
+
+
+# --- read_file -------------------------------------------------------------------------
+
+
+def test_read_file_refuses_folders_and_replaces_bad_bytes(tools):
+    (tools / "dir").mkdir()
+    (tools / "bin").write_bytes(b"ok\xff\xfeok")
+    assert call("read_file", path="dir") == "Error: IsADirectoryError: dir is a folder, not a file"
+    assert call("read_file", path="bin") == "ok\ufffd\ufffdok"
+
+
+def test_read_file_returns_only_the_two_ends_of_a_big_file(tools):
+    keep = agent.KEEP_CHARS
+    (tools / "big.txt").write_text("H" * keep + "m" * 5_000_000 + "T" * keep)
+    result = call("read_file", path="big.txt")
+    assert result.startswith("H" * keep + "\n[... 5000000 bytes left out ...]\n")
+    assert result.endswith("\n" + "T" * keep)
+    assert len(result) <= agent.MAX_RESULT_CHARS
+
+
+# --- caps --------------------------------------------------------------------------------
+
+
+def test_cap_keeps_head_and_tail_and_counts_what_it_left_out():
+    keep = agent.KEEP_CHARS
+    text = "a" * keep + "b" * 30_000 + "c" * keep
+    capped = agent.cap(text)
+    assert capped == "a" * keep + "\n[... 30000 characters left out ...]\n" + "c" * keep
+    assert len(capped) <= agent.MAX_RESULT_CHARS
+    assert agent.cap("s" * agent.MAX_RESULT_CHARS) == "s" * agent.MAX_RESULT_CHARS
+
+
+def test_every_tool_result_is_capped(tools):
+    huge_name = "x" * 100_000
+    result = agent.execute_tool_call(tool_call(huge_name, "{}"))
+    assert result.startswith("Error: there is no tool")
+    assert len(result) <= agent.MAX_RESULT_CHARS and "characters left out" in result
+
+
+# --- run_shell ---------------------------------------------------------------------------
+
+
+def test_run_shell_reports_exit_code_and_both_streams(tools):
+    result = call("run_shell", command="echo out; echo err >&2; exit 3")
+    assert result == "exit code 3\nout\nerr\n"
+
+
+def test_run_shell_runs_in_the_workdir_with_stdin_closed(tools):
+    assert call("run_shell", command="pwd") == f"exit code 0\n{tools.resolve()}\n"
+    started = time.monotonic()
+    assert call("run_shell", command="cat") == "exit code 0\n"  # would wait forever on a tty
+    assert time.monotonic() - started < 3
+
+
+def test_long_shell_output_is_capped_with_head_and_tail(tools):
+    result = call("run_shell", command="seq 1 200000")
+    assert len(result) <= agent.MAX_RESULT_CHARS and result.count("left out") == 1
+    assert result.startswith("exit code 0\n1\n2\n3\n")
+    assert result.endswith("199999\n200000\n")
+    omitted = int(result.split("[... ")[1].split(" characters")[0])
+    kept = len(result) - len("exit code 0\n") - len(f"\n[... {omitted} characters left out ...]\n")
+    assert kept + omitted == len("\n".join(map(str, range(1, 200001)))) + 1
+
+
+def test_endless_output_does_not_fill_memory(tools):
+    agent.set_up_tools(tools, timeout=1, yes=True)
+    result = call("run_shell", command="yes")
+    assert result.startswith("Error: timed out after 1 s")
+    assert len(result) <= agent.MAX_RESULT_CHARS and result.count("characters left out") == 1
+
+
+def test_a_timeout_kills_the_whole_process_group(tools):
+    agent.set_up_tools(tools, timeout=1, yes=True)
+    started = time.monotonic()
+    result = call("run_shell", command="echo before; sleep 60 & echo $! > child.pid; wait")
+    elapsed = time.monotonic() - started
+
+    assert elapsed < 10
+    assert result.startswith("Error: timed out after 1 s")
+    assert "Output so far:\nbefore\n" in result
+    child = int((tools / "child.pid").read_text())
+    assert not alive(child)
+
+
+def test_what_a_finished_command_leaves_running_is_killed(tools):
+    result = call("run_shell", command="sleep 60 > /dev/null 2>&1 & echo $! > child.pid")
+    assert result == "exit code 0\n"
+    assert not alive(int((tools / "child.pid").read_text()))
+
+
+def alive(pid: int) -> bool:
+    for _ in range(50):  # the kill is sent; give the kernel a moment to reap
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":  # a zombie is dead already
+                return False
+        time.sleep(0.1)
+    return True
+
+
+# --- approval ----------------------------------------------------------------------------
+
+
+class Terminal:
+    """sys.stdin as a terminal where the user types the given answers, then ends input."""
+
+    def __init__(self, *answers: str) -> None:
+        self.answers = list(answers)
+
+    def isatty(self) -> bool:
+        return True
+
+    def readline(self) -> str:
+        return self.answers.pop(0) + "\n" if self.answers else ""
+
+
+def shell_calls(count: int) -> list[str]:
+    return [
+        agent.execute_tool_call(tool_call("run_shell", {"command": f"echo ran >> log{i}"}))
+        for i in range(count)
+    ]
+
+
+@pytest.mark.parametrize(
+    "answers, ran",
+    [
+        (["y", "y"], [True, True]),
+        (["y", "n"], [True, False]),
+        (["", "yes"], [False, True]),
+        (["a"], [True, True, True]),
+        (["N", "a"], [False, True, True]),
+        (["y"], [True, False]),  # then end of input: no
+    ],
+)
+def test_approval_on_a_terminal(workdir, monkeypatch, capsys, answers, ran):
+    agent.set_up_tools(workdir, timeout=5, yes=False)
+    monkeypatch.setattr("sys.stdin", Terminal(*answers))
+    results = shell_calls(len(ran))
+
+    assert [(workdir / f"log{i}").exists() for i in range(len(ran))] == ran
+    for result, did_run in zip(results, ran, strict=True):
+        assert result.startswith("exit code 0") if did_run else "did not approve" in result
+    err = capsys.readouterr().err
+    assert "$ echo ran >> log0" in err and "Run it? [y/N/a]" in err
+
+
+def test_without_a_terminal_nothing_runs_and_the_model_is_told(workdir, monkeypatch, capsys):
+    agent.set_up_tools(workdir, timeout=5, yes=False)
+    monkeypatch.setattr("sys.stdin", open(os.devnull))
+    [result] = shell_calls(1)
+    assert result.startswith("Error: PermissionError: the command was not run")
+    assert "--yes" in result
+    assert not (workdir / "log0").exists()
+    assert "stdin is not a terminal" in capsys.readouterr().err
+
+
+def test_yes_runs_without_asking(workdir, monkeypatch, capsys):
+    agent.set_up_tools(workdir, timeout=5, yes=True)
+    monkeypatch.setattr("sys.stdin", Terminal())
+    assert shell_calls(2)[1].startswith("exit code 0")
+    assert "Run it?" not in capsys.readouterr().err
+
+
+def test_short_arguments_for_the_step_line():
+    assert agent.short_arguments(json.dumps({"path": "a.txt"})) == "path='a.txt'"
+    assert agent.short_arguments('{"path": ') == '{"path":'
+    assert len(agent.short_arguments(json.dumps({"content": "x" * 500}))) <= 70
