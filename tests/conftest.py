@@ -25,9 +25,8 @@ def clean_env(**settings: str) -> dict[str, str]:
 def stub_env(server, **settings: str) -> dict[str, str]:
     """Settings that point the agent at a stub server (every LLM_ variable set, so a
     developer's own config.env cannot change what the test sees)."""
-    return clean_env(
-        LLM_API_KEY=server.api_key, LLM_BASE_URL=server.url, LLM_MODEL="deepseek-flash", **settings
-    )
+    defaults = {"LLM_API_KEY": server.api_key, "LLM_BASE_URL": server.url}
+    return clean_env(**{**defaults, "LLM_MODEL": "deepseek-flash", **settings})
 
 
 def run_agent(

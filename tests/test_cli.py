@@ -1,0 +1,297 @@
+"""The command line as users run it: a real process, the real openai SDK over HTTP to a local
+stub server (127.0.0.1), exit codes, and what lands on stdout and stderr."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import pytest
+from conftest import ROOT, clean_env, run_agent, stub_env
+from stub_server import Fail, StubServer, demo_script
+
+KEY = "test-key-do-not-print-0123456789"
+
+
+def read_call(call_id: str, path: str = "notes.txt") -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
+            }
+        ],
+    }
+
+
+def final(text: str) -> dict:
+    return {"role": "assistant", "content": text, "reasoning_content": "done"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def assert_one_line_error(proc, *phrases: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout == ""
+    assert "Traceback" not in proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ")
+    for phrase in phrases:
+        assert phrase in last
+
+
+def test_the_lessons_task_end_to_end(workdir):
+    with StubServer(demo_script(), api_key=KEY) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), "--yes", "Create tool_demo.py ...", env=stub_env(server)
+        )
+    assert server.problems == []
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"
+    assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"
+    last_request = server.requests[-1]["messages"]
+    assert last_request[-1] == {
+        "role": "tool",
+        "tool_call_id": "call_3",
+        "content": "exit code 0\n391\n",
+    }
+    assert [m.get("reasoning_content") for m in last_request if m["role"] == "assistant"] == [
+        "",
+        "Check what was written.",
+        "Now run it.",
+    ]
+    for line in ("[1] write_file(path='tool_demo.py'", "[3] run_shell(command='python3"):
+        assert line in proc.stderr
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert summary.startswith("steps 4, tool calls 3, prompt tokens ")
+    assert "cache-hit tokens " in summary and "completion tokens 40" in summary
+    assert KEY not in proc.stderr
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_busy_servers_are_retried_by_the_sdk(workdir, status):
+    (workdir / "notes.txt").write_text("note")
+    script = [
+        Fail(status, "busy", {"retry-after-ms": "10"}),
+        read_call("c1"),
+        Fail(status, "busy", {"retry-after-ms": "10"}),
+        final("The note says note."),
+    ]
+    with StubServer(script, api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "read notes.txt", env=stub_env(server))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "The note says note.\n"
+    assert len(server.requests) == 4 and server.problems == []
+
+
+def test_a_server_that_stays_busy_gives_a_clear_error(workdir):
+    script = [Fail(503, "Server overloaded", {"retry-after-ms": "10"})] * 3
+    with StubServer(script, api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
+    assert_one_line_error(proc, "503", "Server overloaded", "try again later")
+    assert len(server.requests) == 3  # the SDK's three attempts
+
+
+def test_a_wrong_key_gives_exit_1_and_the_config_hint(workdir):
+    with StubServer([final("never")], api_key="the-right-key") as server:
+        env = stub_env(server, LLM_API_KEY=KEY)
+        proc = run_agent("--workdir", str(workdir), "hello", env=env)
+    assert_one_line_error(proc, "401", "LLM_API_KEY", "config.env")
+    assert KEY not in proc.stderr
+    assert server.requests == []
+
+
+def test_an_empty_balance_says_so(workdir):
+    with StubServer([Fail(402, "Insufficient Balance")], api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
+    assert_one_line_error(proc, "402", "Insufficient Balance", "balance")
+
+
+def test_an_unknown_model_names_the_setting(workdir):
+    with StubServer([Fail(400, "Model Not Exist")], api_key=KEY) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), "--model", "nope", "hello", env=stub_env(server)
+        )
+    assert_one_line_error(proc, "400", "Model Not Exist", "LLM_MODEL")
+    assert server.requests[0]["model"] == "nope"
+
+
+def test_nothing_listening_gives_exit_1_and_the_url(workdir):
+    url = f"http://127.0.0.1:{free_port()}"
+    env = clean_env(LLM_API_KEY=KEY, LLM_BASE_URL=url)
+    started = time.monotonic()
+    proc = run_agent("--workdir", str(workdir), "hello", env=env)
+    assert_one_line_error(proc, "could not connect", url, "LLM_BASE_URL")
+    assert time.monotonic() - started < 30
+
+
+def test_the_step_limit_gives_exit_3(workdir):
+    (workdir / "notes.txt").write_text("note")
+    script = [read_call(f"c{i}") for i in range(3)]
+    with StubServer(script, api_key=KEY) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), "--max-steps", "3", "read forever", env=stub_env(server)
+        )
+    assert proc.returncode == 3, proc.stderr
+    assert proc.stdout == ""
+    assert "step limit (3 requests)" in proc.stderr
+    assert len(server.requests) == 3 and server.problems == []
+
+
+def test_a_missing_key_names_the_setting_and_never_uses_openai_api_key(workdir):
+    with StubServer([final("never")], api_key=KEY) as server:
+        env = stub_env(server, LLM_API_KEY="", OPENAI_API_KEY=KEY)
+        proc = run_agent("--workdir", str(workdir), "hello", env=env)
+    assert_one_line_error(proc, "LLM_API_KEY is not set", "config.env")
+    assert server.requests == []
+
+
+def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
+    transcript = tmp_path / "demo.jsonl"
+    with StubServer(demo_script(), api_key=KEY) as server:
+        first = run_agent(
+            "--workdir", str(workdir), "--yes", "--save", str(transcript), "the demo",
+            env=stub_env(server),
+        )  # fmt: skip
+    assert first.returncode == 0, first.stderr
+    saved = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert saved[:-1] == server.requests[-1]["messages"]  # exactly what the model was sent
+    assert saved[-1]["content"] == first.stdout.strip()
+    assert KEY not in transcript.read_text()
+
+    (workdir / "tool_demo.py").unlink()
+    offline = clean_env(LLM_API_KEY="", LLM_BASE_URL=f"http://127.0.0.1:{free_port()}")
+    again = run_agent(
+        "--workdir", str(workdir), "--yes", "--replay", str(transcript), env=offline, stdin=None
+    )
+    assert again.returncode == 0, again.stderr
+    assert again.stdout == first.stdout
+    assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"  # tools ran for real
+    assert "replaying" in again.stderr
+
+
+def test_a_replay_that_runs_out_of_replies_is_an_error(workdir, tmp_path):
+    transcript = tmp_path / "short.jsonl"
+    lines = [{"role": "user", "content": "t"}, read_call("c1")]
+    transcript.write_text("".join(json.dumps(m) + "\n" for m in lines))
+    (workdir / "notes.txt").write_text("n")
+    proc = run_agent("--workdir", str(workdir), "--replay", str(transcript), env=clean_env())
+    assert_one_line_error(proc, "no more replies")
+
+
+def test_the_task_can_be_piped_on_stdin(workdir):
+    with StubServer([final("piped ok")], api_key=KEY) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), env=stub_env(server), stdin="a task\nin lines\n"
+        )
+    assert proc.returncode == 0 and proc.stdout == "piped ok\n"
+    assert server.requests[0]["messages"][1]["content"] == "a task\nin lines"
+
+
+def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdir):
+    script = [
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "run_shell", "arguments": '{"command": "touch ran"}'},
+                }
+            ],
+        },
+        final("could not run it"),
+    ]
+    with StubServer(script, api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "touch a file", env=stub_env(server))
+    assert proc.returncode == 0
+    assert not (workdir / "ran").exists()
+    answer = server.requests[1]["messages"][-1]["content"]
+    assert answer.startswith("Error: PermissionError: the command was not run")
+    assert "--yes" in proc.stderr
+
+
+def test_raw_prints_each_response_as_json_on_stderr_only(workdir):
+    with StubServer([final("raw ok")], api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "--raw", "hi", env=stub_env(server))
+    assert proc.stdout == "raw ok\n"
+    start = proc.stderr.index("{")
+    dumped, _ = json.JSONDecoder().raw_decode(proc.stderr[start:])
+    assert dumped["id"] == "stub-1"
+    assert dumped["choices"][0]["message"]["reasoning_content"] == "done"
+    assert dumped["usage"]["prompt_cache_hit_tokens"] == 0
+
+
+def test_a_cut_off_reply_is_warned_about_on_stderr(workdir):
+    cut = {"role": "assistant", "content": "The answer is", "finish_reason": "length"}
+    with StubServer([cut], api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
+    assert proc.returncode == 0 and proc.stdout == "The answer is\n"
+    assert "warning: the reply was cut off (finish_reason length)" in proc.stderr
+
+
+def test_the_default_workdir_is_the_playground_beside_agent_py():
+    with StubServer([final("ok")], api_key=KEY) as server:
+        proc = run_agent("hi", env=stub_env(server))
+    assert proc.returncode == 0
+    assert f"workdir {ROOT / 'playground'}" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args", [["--max-steps", "0"], ["--timeout", "-1"], ["--max-steps", "many"], ["--bogus"]]
+)
+def test_bad_usage_gives_exit_2(args):
+    proc = run_agent(*args, "task", env=clean_env())
+    assert proc.returncode == 2
+    assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_help_lists_every_option_and_does_not_import_openai():
+    proc = run_agent("--help", env=clean_env(PYTHONPROFILEIMPORTTIME="1"))
+    assert proc.returncode == 0
+    for option in ("--workdir", "--model", "--max-steps", "--yes", "--timeout", "--save",
+                   "--replay", "--raw", "--show"):  # fmt: skip
+        assert option in proc.stdout
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "json" in imported  # the import log works
+    assert not {name for name in imported if name.split(".")[0] in ("openai", "dotenv")}
+
+
+def test_show_prints_a_transcript_as_a_timeline(tmp_path):
+    transcript = tmp_path / "t.jsonl"
+    messages = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "read notes.txt"},
+        read_call("c1"),
+        {"role": "tool", "tool_call_id": "c1", "content": "line one\nline two"},
+        final("It has two lines."),
+    ]
+    transcript.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    proc = run_agent("--show", str(transcript), env=clean_env())
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines() == [
+        "  1 system: be brief",
+        "  2 user: read notes.txt",
+        "  3 assistant calls read_file(path='notes.txt') [c1]",
+        "  4 tool [c1]: line one line two",
+        "  5 assistant (thinking): done",
+        "  5 assistant: It has two lines.",
+    ]
+
+
+def test_show_of_a_broken_file_is_a_one_line_error(tmp_path):
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    proc = run_agent("--show", str(tmp_path / "bad.jsonl"), env=clean_env())
+    assert_one_line_error(proc, "line 1 is not JSON")
+    proc = run_agent("--show", str(tmp_path / "missing.jsonl"), env=clean_env())
+    assert_one_line_error(proc, "missing.jsonl")
