@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,6 +43,19 @@ def run_agent(
         timeout=timeout,
         cwd=ROOT / "tests",  # not the project folder: nothing may depend on the cwd
     )
+
+
+def alive(pid: int) -> bool:
+    for _ in range(50):  # the kill is sent; give the kernel a moment to reap
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().split(")")[-1].split()[0] == "Z":  # a zombie is dead already
+                return False
+        time.sleep(0.1)
+    return True
 
 
 @pytest.fixture

@@ -258,3 +258,15 @@ def test_a_saved_run_replays_with_the_same_tool_effects(workdir, tmp_path, capsy
     assert (workdir / "a.txt").read_text() == "one"
     assert capsys.readouterr().out == "made it\n"
     assert result["messages"][2]["reasoning_content"] == ""
+
+
+def test_a_result_that_cannot_be_encoded_is_made_safe_to_send(workdir, monkeypatch):
+    def odd(path):
+        raise OSError(f"bad name {path}\ud800")  # a lone surrogate cannot be sent as UTF-8
+
+    monkeypatch.setitem(agent.TOOL_MAP, "read_file", odd)
+    client = FakeClient(reply(None, tool_call("read_file", {"path": "a"}, "c")), reply("ok"))
+    run("try", client, workdir)
+    content = tool_messages(client.sent[1])[0]["content"]
+    assert content == "Error: OSError: bad name a?"
+    content.encode("utf-8")

@@ -8,6 +8,7 @@ import stat
 import time
 
 import pytest
+from conftest import alive
 from fake_model import tool_call
 
 import agent
@@ -181,19 +182,6 @@ def test_what_a_finished_command_leaves_running_is_killed(tools):
     result = call("run_shell", command="sleep 60 > /dev/null 2>&1 & echo $! > child.pid")
     assert result == "exit code 0\n"
     assert not alive(int((tools / "child.pid").read_text()))
-
-
-def alive(pid: int) -> bool:
-    for _ in range(50):  # the kill is sent; give the kernel a moment to reap
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":  # a zombie is dead already
-                return False
-        time.sleep(0.1)
-    return True
 
 
 # --- approval ----------------------------------------------------------------------------

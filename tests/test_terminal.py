@@ -1,0 +1,119 @@
+"""The agent on a real pseudo-terminal (pexpect), the way a person uses it: approval prompts,
+the demo task when no task is given, and Ctrl-C during a long command."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import pexpect
+import pytest
+from conftest import ROOT, alive, stub_env
+from stub_server import StubServer, demo_script
+
+
+def shell_call(call_id: str, command: str) -> dict:
+    return {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "run_shell", "arguments": json.dumps({"command": command})},
+            }
+        ],
+    }
+
+
+def spawn(server, *args: str) -> pexpect.spawn:
+    return pexpect.spawn(
+        sys.executable,
+        [str(ROOT / "agent.py"), *args],
+        env=stub_env(server),
+        cwd=str(ROOT / "tests"),
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 200),
+    )
+
+
+def finish(child: pexpect.spawn) -> int:
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus if child.exitstatus is not None else 128 + child.signalstatus
+
+
+def test_y_runs_n_refuses_a_approves_the_rest(workdir):
+    script = [
+        shell_call("c1", "echo one > one.txt"),
+        shell_call("c2", "echo two > two.txt"),
+        shell_call("c3", "echo three > three.txt"),
+        shell_call("c4", "echo four > four.txt"),
+        {"role": "assistant", "content": "All done."},
+    ]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "make files")
+        for command, answer in [("one", "y"), ("two", "n"), ("three", "a")]:
+            child.expect_exact(f"$ echo {command} > {command}.txt")
+            child.expect_exact("Run it? [y/N/a] ")
+            child.sendline(answer)
+        child.expect_exact("All done.")
+        transcript = child.before
+        assert finish(child) == 0
+    assert "$ echo four" not in transcript  # "a" approved it without asking
+    assert [(workdir / f"{n}.txt").exists() for n in ("one", "two", "three", "four")] == [
+        True,
+        False,
+        True,
+        True,
+    ]
+    refused = server.requests[2]["messages"][-1]["content"]
+    assert refused.startswith("Error: PermissionError: the user did not approve")
+    assert server.problems == []
+
+
+def test_no_task_on_a_terminal_runs_the_lessons_demo(workdir):
+    with StubServer(demo_script()) as server:
+        child = spawn(server, "--workdir", str(workdir))
+        child.expect_exact("running the demo task")
+        child.expect_exact("$ python3 tool_demo.py")
+        child.expect_exact("Run it? [y/N/a] ")
+        child.sendline("y")
+        child.expect_exact("tool_demo.py prints 391")
+        assert finish(child) == 0
+    assert "17 * 23" in server.requests[0]["messages"][1]["content"]
+    assert server.problems == []
+
+
+@pytest.mark.parametrize("approve", ["prompt", "--yes"])
+def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_path, approve):
+    transcript = tmp_path / "run.jsonl"
+    command = "sleep 60 & echo $! > child.pid; wait"
+    with StubServer([shell_call("c1", command)]) as server:
+        options = ["--yes"] if approve == "--yes" else []
+        child = spawn(
+            server, "--workdir", str(workdir), "--save", str(transcript), *options, "wait"
+        )
+        if approve == "prompt":
+            child.expect_exact("Run it? [y/N/a] ")
+            child.sendline("y")
+        pid_file = workdir / "child.pid"
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        started = time.monotonic()
+        child.sendintr()
+        child.expect_exact("interrupted")
+        assert finish(child) == 130
+        assert time.monotonic() - started < 10
+    assert not alive(int(pid_file.read_text()))
+    lines = transcript.read_text().splitlines()
+    assert [json.loads(line)["role"] for line in lines] == ["system", "user", "assistant"]
+    assert json.loads(lines[-1])["tool_calls"][0]["function"]["arguments"] == json.dumps(
+        {"command": command}
+    )
+    assert transcript.read_text().endswith("}\n")  # whole lines only
