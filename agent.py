@@ -4,19 +4,13 @@ Read it top to bottom: settings, the three tools, TOOLS and TOOL_MAP, executing 
 run() (the loop), main() (the command line).  `python agent.py --help` lists the options.
 """
 
-from __future__ import annotations
-
 import argparse
 import codecs
 import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
-import threading
-from pathlib import Path
 
 import model_client
 
@@ -26,7 +20,8 @@ MAX_STEPS = 20  # model requests per run; the loop stops there even if the model
 SHELL_TIMEOUT = 60.0  # seconds a run_shell command may take before its process group is killed
 MAX_RESULT_CHARS = 20_000  # no tool result the model gets is longer than this
 KEEP_CHARS = (MAX_RESULT_CHARS - 100) // 2  # kept at each end of a longer one (marker room)
-WORKDIR = Path(__file__).resolve().parent / "playground"  # where the tools act by default
+HERE = os.path.dirname(os.path.realpath(__file__))
+WORKDIR = os.path.join(HERE, "playground")  # where the tools act by default
 
 SYSTEM_PROMPT = (
     "You are a small coding agent working in one folder, the workdir. Paths given to "
@@ -51,11 +46,11 @@ approve_all = False
 def read_file(path: str) -> str:
     """Return a text file's contents (UTF-8; undecodable bytes become U+FFFD)."""
     file = inside_workdir(path)
-    if file.is_dir():
+    if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder, not a file")
-    if not file.is_file():
+    if not os.path.isfile(file):
         raise FileNotFoundError(f"{path} does not exist or is not a regular file")
-    size = file.stat().st_size
+    size = os.path.getsize(file)
     with open(file, "rb") as f:
         if size <= MAX_RESULT_CHARS:  # a byte never decodes to more than one character
             return f.read().decode("utf-8", "replace")
@@ -69,15 +64,20 @@ def read_file(path: str) -> str:
 def write_file(path: str, content: str) -> str:
     """Write content to a file, creating folders; atomic, so a crash never leaves half a file."""
     file = inside_workdir(path)
-    if file.is_dir():
+    if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder")
-    file.parent.mkdir(parents=True, exist_ok=True)
+    folder, name = os.path.split(file)
+    os.makedirs(folder, exist_ok=True)
     data = content.encode("utf-8", "replace")
-    fd, temporary = tempfile.mkstemp(dir=file.parent, prefix=f".{file.name}.", suffix=".tmp")
+    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
+    existing = os.path.exists(file)
+    mode = os.stat(file).st_mode & 0o7777 if existing else 0o666  # os.open applies the umask
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(temporary, file.stat().st_mode if file.exists() else 0o666 & ~current_umask())
+        if existing:
+            os.chmod(temporary, mode)  # exactly the old file's mode, umask or not
         os.replace(temporary, file)
     except BaseException:
         os.unlink(temporary)
@@ -87,6 +87,9 @@ def write_file(path: str, content: str) -> str:
 
 def run_shell(command: str) -> str:
     """Run a shell command in the workdir once the user approves it; return exit code and output."""
+    import subprocess  # imported here, not at the top, to keep --help's start-up fast
+    import threading
+
     if not approved(command):
         raise PermissionError("the user did not approve this command, so it was not run")
     proc = subprocess.Popen(
@@ -105,7 +108,7 @@ def run_shell(command: str) -> str:
         reader.join(shell_timeout)  # the pipe closes when the command and all it started end
         timed_out = reader.is_alive()
     finally:
-        kill_process_group(proc)  # on time-out, on Ctrl-C, and whatever it left running
+        kill_process_group(proc.pid)  # on time-out, on Ctrl-C, and whatever it left running
         reader.join(5)
         proc.wait()
         proc.stdout.close()
@@ -121,19 +124,12 @@ def run_shell(command: str) -> str:
 # --- What the tools need: the workdir fence, approval, process groups, capped output ---------
 
 
-def inside_workdir(path: str) -> Path:
+def inside_workdir(path: str) -> str:
     """The real location of path, resolved against the workdir; refused if it lies outside."""
-    root = Path(workdir).resolve()
-    target = (root / path).resolve()  # follows symlinks and "..", so neither gets out
-    if not target.is_relative_to(root):
+    target = os.path.realpath(os.path.join(workdir, path))  # follows symlinks and ".."
+    if os.path.commonpath([workdir, target]) != workdir:
         raise PermissionError(f"{path} is outside the workdir; only paths inside it are allowed")
     return target
-
-
-def current_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def approved(command: str) -> bool:
@@ -155,9 +151,9 @@ def approved(command: str) -> bool:
     return approve_all or answer in ("y", "yes")
 
 
-def kill_process_group(proc: subprocess.Popen) -> None:
+def kill_process_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pid, signal.SIGKILL)  # start_new_session made the group id the pid
 
 
 def keep_head_and_tail(stream, captured: dict) -> None:
@@ -277,10 +273,10 @@ def run(
     *,
     model: str | None = None,
     max_steps: int = MAX_STEPS,
-    workdir: str | Path = WORKDIR,
+    workdir: str | os.PathLike = WORKDIR,
     timeout: float = SHELL_TIMEOUT,
     yes: bool = False,
-    save: str | Path | None = None,
+    save: str | os.PathLike | None = None,
     raw: bool = False,
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
@@ -292,7 +288,7 @@ def run(
     model = model or model_client.load_config()["model"]
     set_up_tools(workdir, timeout, yes)
     if save:
-        Path(save).write_text("", encoding="utf-8")  # a new transcript for each run
+        open(save, "w").close()  # a new transcript for each run
     messages: list[dict] = []
     totals = {"steps": 0, "tool_calls": 0}
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
@@ -324,14 +320,14 @@ def run(
 # --- What the loop calls -----------------------------------------------------------------
 
 
-def set_up_tools(folder: str | Path, timeout: float, yes: bool) -> None:
+def set_up_tools(folder: str | os.PathLike, timeout: float, yes: bool) -> None:
     global workdir, shell_timeout, approve_all
-    workdir = Path(folder).resolve()
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = os.path.realpath(folder)
+    os.makedirs(workdir, exist_ok=True)
     shell_timeout, approve_all = timeout, yes
 
 
-def append(messages: list[dict], message: dict, save: str | Path | None) -> None:
+def append(messages: list[dict], message: dict, save: str | os.PathLike | None) -> None:
     """Add a message to the history and, with --save, to the transcript at once."""
     messages.append(message)
     if save:
@@ -480,7 +476,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workdir",
         default=WORKDIR,
-        type=Path,
         help="folder the tools act in (default: %(default)s)",
     )
     parser.add_argument("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")

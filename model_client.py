@@ -4,14 +4,11 @@
 `python agent.py --help` starts without paying for them.
 """
 
-from __future__ import annotations
-
 import json
 import os
-from pathlib import Path
 from types import SimpleNamespace
 
-CONFIG_FILE = Path(__file__).resolve().with_name("config.env")
+CONFIG_FILE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 MODEL = "deepseek-flash"  # the lesson's model; LLM_MODEL overrides it
 
@@ -37,7 +34,7 @@ def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
     config = config or load_config()
     if not config["api_key"]:
         raise ConfigError(
-            f"LLM_API_KEY is not set: put it in {CONFIG_FILE.name} (copy config.example.env) "
+            "LLM_API_KEY is not set: put it in config.env (copy config.example.env) "
             "or in the environment"
         )
     from openai import OpenAI
@@ -47,7 +44,7 @@ def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
     return OpenAI(api_key=config["api_key"], base_url=config["base_url"])
 
 
-def read_transcript(path: str | Path) -> list[dict]:
+def read_transcript(path: str | os.PathLike) -> list[dict]:
     """The messages of a transcript saved with --save (JSON Lines, one message a line)."""
     messages = []
     with open(path, encoding="utf-8") as file:
@@ -71,7 +68,7 @@ class ReplayClient:
     tell the difference; no network, no key.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | os.PathLike) -> None:
         self.messages = read_transcript(path)
         self.replies = [m for m in self.messages if m["role"] == "assistant"]
         if not self.replies:

@@ -11,6 +11,8 @@ import pytest
 from conftest import ROOT, clean_env, run_agent, stub_env
 from stub_server import Fail, StubServer, demo_script
 
+import agent
+
 KEY = "test-key-do-not-print-0123456789"
 
 
@@ -295,3 +297,16 @@ def test_show_of_a_broken_file_is_a_one_line_error(tmp_path):
     assert_one_line_error(proc, "line 1 is not JSON")
     proc = run_agent("--show", str(tmp_path / "missing.jsonl"), env=clean_env())
     assert_one_line_error(proc, "missing.jsonl")
+
+
+def test_the_example_transcript_replays_offline_with_no_key(workdir):
+    example = ROOT / "examples" / "tool_demo.jsonl"
+    offline = clean_env(LLM_API_KEY="", LLM_BASE_URL=f"http://127.0.0.1:{free_port()}")
+    proc = run_agent("--workdir", str(workdir), "--yes", "--replay", str(example), env=offline)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"
+    assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"
+    assert "-> exit code 0 391" in proc.stderr  # the command really ran again
+    messages = [json.loads(line) for line in example.read_text().splitlines()]
+    assert messages[0]["content"] == agent.SYSTEM_PROMPT  # still matches the program
+    assert messages[1]["content"] == agent.DEMO_TASK

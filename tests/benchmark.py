@@ -1,0 +1,154 @@
+"""Measure the agent against its floors, side by side in one run (not collected by pytest).
+
+    python tests/benchmark.py [--rounds N]
+
+(a) start-up: `agent.py --help` against `python -c "import argparse"`, the floor for any
+    argparse CLI (target: under 2x);
+(b) a 40-step scripted session, whole process, against a bare loop of
+    client.chat.completions.create calls making the same requests (target: under 1.05x);
+(c) request sizes over 30 steps whose tool prints 1 MB each time, with and without --save
+    (target: every request under steps x 21 KB).
+Runs alternate between the two sides, and the figures are medians, so load on a shared
+machine hits both alike. Everything talks to a stub server on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from stub_server import StubServer
+
+ROOT = Path(__file__).resolve().parent.parent
+AGENT = str(ROOT / "agent.py")
+KEY = "bench-key"
+
+BARE_LOOP = """
+import json, sys
+from openai import OpenAI
+client = OpenAI(api_key=sys.argv[2], base_url=sys.argv[3])
+for request in json.load(open(sys.argv[1])):
+    client.chat.completions.create(**request)
+"""
+
+
+# As on a user's machine, Python may cache compiled modules (this workplace turns that off).
+BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+def env_for(server: StubServer) -> dict[str, str]:
+    env = {k: v for k, v in BASE_ENV.items() if not k.startswith(("LLM_", "OPENAI_"))}
+    env.update(LLM_API_KEY=KEY, LLM_BASE_URL=server.url, LLM_MODEL="deepseek-flash")
+    return env
+
+
+def timed(command: list[str], env: dict = BASE_ENV) -> float:
+    started = time.perf_counter()
+    subprocess.run(command, env=env, stdin=subprocess.DEVNULL, capture_output=True, check=True)
+    return time.perf_counter() - started
+
+
+def tool_step(number: int, name: str, arguments: dict) -> dict:
+    call = {"name": name, "arguments": json.dumps(arguments)}
+    return {
+        "role": "assistant",
+        "content": None,
+        "reasoning_content": "",
+        "tool_calls": [{"id": f"call_{number}", "type": "function", "function": call}],
+    }
+
+
+def session_script(steps: int) -> list[dict]:
+    tools = [tool_step(n, "read_file", {"path": "notes.txt"}) for n in range(1, steps)]
+    return [*tools, {"role": "assistant", "content": "done", "reasoning_content": ""}]
+
+
+def command_for(steps: int, work: str) -> list[str]:
+    return [sys.executable, AGENT, "--workdir", work, "--max-steps", str(steps), "read the note"]
+
+
+def startup(rounds: int) -> tuple[float, float]:
+    agent, floor = [], []
+    for _ in range(rounds):
+        agent.append(timed([sys.executable, AGENT, "--help"]))
+        floor.append(timed([sys.executable, "-c", "import argparse"]))
+    return statistics.median(agent), statistics.median(floor)
+
+
+def session(rounds: int, steps: int = 40) -> tuple[float, float]:
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "notes.txt").write_text("a short note\n")
+        requests_file = Path(work, "requests.json")
+        with StubServer(session_script(steps), api_key=KEY) as server:
+            timed([*command_for(steps, work)], env_for(server))
+            recorded = [
+                {"model": r["model"], "messages": r["messages"], "tools": r["tools"]}
+                for r in server.requests
+            ]
+        assert len(recorded) == steps and not server.problems, server.problems
+        requests_file.write_text(json.dumps(recorded))
+        agent, bare = [], []
+        for _ in range(rounds):
+            with StubServer(session_script(steps), api_key=KEY) as server:
+                agent.append(timed(command_for(steps, work), env_for(server)))
+            with StubServer(session_script(steps), api_key=KEY) as server:
+                command = [sys.executable, "-c", BARE_LOOP, str(requests_file), KEY, server.url]
+                bare.append(timed(command, BASE_ENV))
+    return statistics.median(agent), statistics.median(bare)
+
+
+def request_sizes(save: bool, steps: int = 30) -> tuple[list[int], float]:
+    command = {"command": "python3 -c \"print('x' * 1_000_000)\""}
+    script = [tool_step(n, "run_shell", command) for n in range(1, steps + 1)]
+    script.append({"role": "assistant", "content": "done", "reasoning_content": ""})
+    with tempfile.TemporaryDirectory() as work, StubServer(script, api_key=KEY) as server:
+        options = ["--save", str(Path(work, "t.jsonl"))] if save else []
+        args = [sys.executable, AGENT, "--workdir", work, "--yes", "--max-steps", str(steps + 1)]
+        args += [*options, "print a lot"]
+        seconds = timed(args, env_for(server))
+        assert not server.problems, server.problems
+    return server.sizes, seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
+    rounds = parser.parse_args().rounds
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
+    )
+    ok = True
+
+    agent, floor = startup(rounds * 3)
+    ratio = agent / floor
+    ok &= ratio < 2
+    print(f"(a) --help {agent * 1000:.0f} ms vs import argparse {floor * 1000:.0f} ms: "
+          f"{ratio:.2f}x (target < 2x)")  # fmt: skip
+
+    agent, bare = session(rounds)
+    ratio = agent / bare
+    ok &= ratio < 1.05
+    print(f"(b) 40-step session {agent * 1000:.0f} ms vs bare SDK loop {bare * 1000:.0f} ms: "
+          f"{ratio:.3f}x (target < 1.05x)")  # fmt: skip
+
+    for save in (False, True):
+        sizes, seconds = request_sizes(save)
+        worst = max(size / (step * 21_000) for step, size in enumerate(sizes, 1))
+        ok &= worst < 1
+        label = "with --save   " if save else "without --save"
+        print(f"(c) {label}: {len(sizes)} requests, largest {max(sizes) / 1000:.0f} KB, worst "
+              f"size / (step x 21 KB) {worst:.2f} (target < 1), run {seconds:.2f} s")  # fmt: skip
+    print("all within target" if ok else "NOT within target")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
