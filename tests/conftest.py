@@ -6,6 +6,7 @@ import sys
 import time
 from pathlib import Path
 
+import pexpect
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -43,6 +44,24 @@ def run_agent(
         timeout=timeout,
         cwd=ROOT / "tests",  # not the project folder: nothing may depend on the cwd
     )
+
+
+def spawn(server, *args: str) -> pexpect.spawn:
+    return pexpect.spawn(
+        sys.executable,
+        [str(ROOT / "agent.py"), *args],
+        env=stub_env(server),
+        cwd=str(ROOT / "tests"),
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 200),
+    )
+
+
+def finish(child: pexpect.spawn) -> int:
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus if child.exitstatus is not None else 128 + child.signalstatus
 
 
 def alive(pid: int) -> bool:

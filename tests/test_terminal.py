@@ -4,12 +4,10 @@ the demo task when no task is given, and Ctrl-C during a long command."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 
-import pexpect
 import pytest
-from conftest import ROOT, alive, stub_env
+from conftest import alive, finish, spawn
 from stub_server import StubServer, demo_script
 
 
@@ -26,24 +24,6 @@ def shell_call(call_id: str, command: str) -> dict:
             }
         ],
     }
-
-
-def spawn(server, *args: str) -> pexpect.spawn:
-    return pexpect.spawn(
-        sys.executable,
-        [str(ROOT / "agent.py"), *args],
-        env=stub_env(server),
-        cwd=str(ROOT / "tests"),
-        encoding="utf-8",
-        timeout=30,
-        dimensions=(40, 200),
-    )
-
-
-def finish(child: pexpect.spawn) -> int:
-    child.expect(pexpect.EOF)
-    child.close()
-    return child.exitstatus if child.exitstatus is not None else 128 + child.signalstatus
 
 
 def test_y_runs_n_refuses_a_approves_the_rest(workdir):
