@@ -37,11 +37,15 @@ def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
             "LLM_API_KEY is not set: put it in config.env (copy config.example.env) "
             "or in the environment"
         )
-    from openai import OpenAI
+    from openai import Omit, OpenAI
 
     # Key and URL are passed explicitly so the SDK never falls back to OPENAI_API_KEY or
-    # OPENAI_BASE_URL: a user's OpenAI key must not be sent to another provider.
-    return OpenAI(api_key=config["api_key"], base_url=config["base_url"])
+    # OPENAI_BASE_URL: a user's OpenAI key must not be sent to another provider. For the same
+    # reason the headers the SDK would fill from OPENAI_ORG_ID and OPENAI_PROJECT_ID are dropped.
+    openai_only = {"OpenAI-Organization": Omit(), "OpenAI-Project": Omit()}
+    return OpenAI(
+        api_key=config["api_key"], base_url=config["base_url"], default_headers=openai_only
+    )
 
 
 def read_transcript(path: str | os.PathLike) -> list[dict]:

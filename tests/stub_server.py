@@ -97,6 +97,7 @@ class StubServer:
         self.requests: list[dict] = []  # every request body that passed the key check
         self.sizes: list[int] = []  # every request body's size in bytes
         self.problems: list[str] = []
+        self.headers: list[dict] = []  # every request's headers, names in lower case
         self.served: list[dict] = []  # the assistant messages served, in order
         self.lock = threading.Lock()
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -114,6 +115,7 @@ class StubServer:
 
     def answer(self, path: str, headers, body: bytes) -> tuple[int, dict, dict]:
         """(status, headers, JSON body) for one request."""
+        self.headers.append({name.lower(): value for name, value in headers.items()})
         if not path.endswith("/chat/completions"):
             return 404, {}, error_body(f"no route {path}", "not_found")
         if headers.get("Authorization") != f"Bearer {self.api_key}":

@@ -77,6 +77,7 @@ def test_the_lessons_task_end_to_end(workdir):
     assert summary.startswith("steps 4, tool calls 3, prompt tokens ")
     assert "cache-hit tokens " in summary and "completion tokens 40" in summary
     assert KEY not in proc.stderr
+    assert "waiting for the model" not in proc.stderr and "\033" not in proc.stderr  # no tty
 
 
 @pytest.mark.parametrize("status", [429, 503])
@@ -155,6 +156,19 @@ def test_a_missing_key_names_the_setting_and_never_uses_openai_api_key(workdir):
         proc = run_agent("--workdir", str(workdir), "hello", env=env)
     assert_one_line_error(proc, "LLM_API_KEY is not set", "config.env")
     assert server.requests == []
+
+
+def test_no_openai_account_settings_are_sent_to_another_provider(workdir):
+    with StubServer([final("ok")], api_key=KEY) as server:
+        env = stub_env(
+            server, OPENAI_API_KEY="sk-openai", OPENAI_ORG_ID="org-1", OPENAI_PROJECT_ID="p"
+        )
+        proc = run_agent("--workdir", str(workdir), "hi", env=env)
+    assert proc.returncode == 0, proc.stderr
+    [headers] = server.headers
+    assert headers["authorization"] == f"Bearer {KEY}"
+    assert not [name for name in headers if name.startswith("openai-")]
+    assert "sk-openai" not in str(headers) and "org-1" not in str(headers)
 
 
 def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):

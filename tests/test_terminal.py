@@ -4,6 +4,7 @@ the demo task when no task is given, and Ctrl-C during a long command."""
 from __future__ import annotations
 
 import json
+import threading
 import time
 
 import pytest
@@ -97,3 +98,23 @@ def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_
         {"command": command}
     )
     assert transcript.read_text().endswith("}\n")  # whole lines only
+
+
+def test_ctrl_c_while_waiting_for_the_model_exits_130(workdir, tmp_path):
+    released = threading.Event()
+
+    def slow_reply(request):
+        released.wait(20)  # the model is thinking...
+        return {"role": "assistant", "content": "too late"}
+
+    with StubServer([slow_reply]) as server:
+        child = spawn(server, "--workdir", str(workdir), "think hard")
+        child.expect_exact("[1] waiting for the model...")  # shown on a terminal
+        deadline = time.monotonic() + 20
+        while not server.requests:
+            assert time.monotonic() < deadline, "the request never arrived"
+            time.sleep(0.05)
+        child.sendintr()
+        child.expect_exact("interrupted")
+        assert finish(child) == 130
+        released.set()
