@@ -25,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from fake_model import reply, tool_call
 from stub_server import StubServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,13 +58,7 @@ def timed(command: list[str], env: dict = BASE_ENV) -> float:
 
 
 def tool_step(number: int, name: str, arguments: dict) -> dict:
-    call = {"name": name, "arguments": json.dumps(arguments)}
-    return {
-        "role": "assistant",
-        "content": None,
-        "reasoning_content": "",
-        "tool_calls": [{"id": f"call_{number}", "type": "function", "function": call}],
-    }
+    return reply(None, tool_call(name, arguments, f"call_{number}"), reasoning="")
 
 
 def session_script(steps: int) -> list[dict]:

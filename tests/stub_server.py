@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from fake_model import reply, tool_call
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter, ValidationError
 
@@ -210,29 +211,16 @@ def demo_script() -> list:
     def report(request: dict) -> dict:
         output = request["messages"][-1]["content"]
         result = output.splitlines()[-1] if output.startswith("exit code 0") else output
-        return {
-            "role": "assistant",
-            "content": f"tool_demo.py prints {result}: 17 * 23 = {result}.",
-            "reasoning_content": "The command ran; its last line is the answer.",
-        }
+        answer = f"tool_demo.py prints {result}: 17 * 23 = {result}."
+        return reply(answer, reasoning="The command ran; its last line is the answer.")
 
-    def call(number: int, name: str, arguments: dict, thinking: str) -> dict:
-        return {
-            "role": "assistant",
-            "content": None,
-            "reasoning_content": thinking,
-            "tool_calls": [
-                {
-                    "id": f"call_{number}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments)},
-                }
-            ],
-        }
-
+    program = {"path": "tool_demo.py", "content": "print(17 * 23)\n"}
+    write = tool_call("write_file", program, "call_1")
+    read = tool_call("read_file", {"path": "tool_demo.py"}, "call_2")
+    run = tool_call("run_shell", {"command": "python3 tool_demo.py"}, "call_3")
     return [
-        call(1, "write_file", {"path": "tool_demo.py", "content": "print(17 * 23)\n"}, ""),
-        call(2, "read_file", {"path": "tool_demo.py"}, "Check what was written."),
-        call(3, "run_shell", {"command": "python3 tool_demo.py"}, "Now run it."),
+        reply(None, write, reasoning=""),
+        reply(None, read, reasoning="Check what was written."),
+        reply(None, run, reasoning="Now run it."),
         report,
     ]

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from conftest import ROOT, clean_env, run_agent, stub_env
+from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, demo_script
 
 import agent
@@ -17,18 +18,7 @@ KEY = "test-key-do-not-print-0123456789"
 
 
 def read_call(call_id: str, path: str = "notes.txt") -> dict:
-    return {
-        "role": "assistant",
-        "content": None,
-        "reasoning_content": "",
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": "read_file", "arguments": json.dumps({"path": path})},
-            }
-        ],
-    }
+    return reply(None, tool_call("read_file", {"path": path}, call_id), reasoning="")
 
 
 def final(text: str) -> dict:

@@ -9,22 +9,12 @@ import time
 
 import pytest
 from conftest import alive, finish, spawn
+from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
 
 def shell_call(call_id: str, command: str) -> dict:
-    return {
-        "role": "assistant",
-        "content": None,
-        "reasoning_content": "",
-        "tool_calls": [
-            {
-                "id": call_id,
-                "type": "function",
-                "function": {"name": "run_shell", "arguments": json.dumps({"command": command})},
-            }
-        ],
-    }
+    return reply(None, tool_call("run_shell", {"command": command}, call_id), reasoning="")
 
 
 def test_y_runs_n_refuses_a_approves_the_rest(workdir):
