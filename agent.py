@@ -556,8 +556,9 @@ def describe_api_error(error: Exception, config: dict) -> str | None:
         message = f"{type(error).__name__}: {error}"
     else:
         return None
-    key = config.get("api_key")
-    return message.replace(key, "***") if key else message  # never print the key
+    # Never print the key. A short one ("x", "ollama") is no secret and would mangle words.
+    key = config.get("api_key") or ""
+    return message.replace(key, "***") if len(key) >= 8 else message
 
 
 def server_says(error) -> str:

@@ -37,6 +37,10 @@ def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
             "LLM_API_KEY is not set: put it in config.env (copy config.example.env) "
             "or in the environment"
         )
+    if not config["base_url"].startswith(("http://", "https://")):
+        raise ConfigError(
+            f"LLM_BASE_URL must start with http:// or https://, not {config['base_url']!r}"
+        )
     from openai import Omit, OpenAI
 
     # Key and URL are passed explicitly so the SDK never falls back to OPENAI_API_KEY or

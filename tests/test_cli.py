@@ -103,6 +103,13 @@ def test_a_wrong_key_gives_exit_1_and_the_config_hint(workdir):
     assert server.requests == []
 
 
+def test_a_key_quoted_by_the_server_is_not_printed(workdir):
+    with StubServer([Fail(403, f"key {KEY} may not use this model")], api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
+    assert_one_line_error(proc, "403", "key *** may not use this model")
+    assert KEY not in proc.stderr
+
+
 def test_an_empty_balance_says_so(workdir):
     with StubServer([Fail(402, "Insufficient Balance")], api_key=KEY) as server:
         proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
@@ -116,6 +123,20 @@ def test_an_unknown_model_names_the_setting(workdir):
         )
     assert_one_line_error(proc, "400", "Model Not Exist", "LLM_MODEL")
     assert server.requests[0]["model"] == "nope"
+
+
+def test_a_short_local_key_does_not_mangle_the_message(workdir):
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = run_agent(
+        "--workdir", str(workdir), "hi", env=clean_env(LLM_API_KEY="k", LLM_BASE_URL=url)
+    )
+    assert_one_line_error(proc, "check LLM_BASE_URL")
+
+
+def test_a_url_without_a_scheme_is_named(workdir):
+    env = clean_env(LLM_API_KEY=KEY, LLM_BASE_URL="localhost:11434/v1")
+    proc = run_agent("--workdir", str(workdir), "hi", env=env)
+    assert_one_line_error(proc, "LLM_BASE_URL must start with http:// or https://")
 
 
 def test_nothing_listening_gives_exit_1_and_the_url(workdir):
