@@ -425,7 +425,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.show:
         return show_transcript(args.show)
-    config = {"base_url": "", "api_key": ""}
+    # Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its command.
+    for number in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(number) == signal.SIG_DFL:  # nohup's "ignore" stays
+            signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
     try:
         config = model_client.load_config()
         if args.replay:
