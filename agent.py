@@ -143,7 +143,7 @@ def approved(command: str) -> bool:
             "the command was not run: it needs the user's approval and nobody can give it "
             "here (the user can restart the agent with --yes)"
         )
-    say(f"  $ {command}")
+    say(f"  $ {visible(command)}")  # escapes shown, so no command can disguise itself
     sys.stderr.write("  Run it? [y/N/a] ")
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
@@ -357,7 +357,7 @@ def note_reply(resp, usage: dict, raw: bool) -> None:
     if raw:
         say(resp.model_dump_json(indent=2))
     reason = resp.choices[0].finish_reason
-    if reason in ("length", "content_filter"):
+    if reason in ("length", "content_filter", "insufficient_system_resource"):
         say(f"warning: the reply was cut off (finish_reason {reason}); it may be incomplete")
     if resp.usage:
         extra = resp.usage.model_extra or {}
@@ -413,7 +413,12 @@ def short_arguments(arguments: str) -> str:
 
 def one_line(text: str, width: int = 100) -> str:
     flat = " ".join(str(text).split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
+    return visible(flat if len(flat) <= width else flat[: width - 3] + "...")
+
+
+def visible(text: str) -> str:
+    """Control characters as escapes (ESC as \\x1b): they would act on the terminal."""
+    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
 
 
 # --- The command line --------------------------------------------------------------------

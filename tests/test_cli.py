@@ -262,12 +262,13 @@ def test_raw_prints_each_response_as_json_on_stderr_only(workdir):
     assert dumped["usage"]["prompt_cache_hit_tokens"] == 0
 
 
-def test_a_cut_off_reply_is_warned_about_on_stderr(workdir):
-    cut = {"role": "assistant", "content": "The answer is", "finish_reason": "length"}
+@pytest.mark.parametrize("reason", ["length", "insufficient_system_resource"])
+def test_a_cut_off_reply_is_warned_about_on_stderr(workdir, reason):
+    cut = {"role": "assistant", "content": "The answer is", "finish_reason": reason}
     with StubServer([cut], api_key=KEY) as server:
         proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
     assert proc.returncode == 0 and proc.stdout == "The answer is\n"
-    assert "warning: the reply was cut off (finish_reason length)" in proc.stderr
+    assert f"warning: the reply was cut off (finish_reason {reason})" in proc.stderr
 
 
 def test_the_default_workdir_is_the_playground_beside_agent_py():

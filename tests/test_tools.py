@@ -231,6 +231,16 @@ def test_approval_on_a_terminal(workdir, monkeypatch, capsys, answers, ran):
     assert "$ echo ran >> log0" in err and "Run it? [y/N/a]" in err
 
 
+def test_a_command_cannot_disguise_itself_with_terminal_escapes(workdir, monkeypatch, capsys):
+    agent.set_up_tools(workdir, timeout=5, yes=False)
+    monkeypatch.setattr("sys.stdin", Terminal("n"))
+    command = "rm -rf stuff\r\x1b[2Kecho harmless"
+    agent.execute_tool_call(tool_call("run_shell", {"command": command}))
+    err = capsys.readouterr().err
+    assert "$ rm -rf stuff\\r\\x1b[2Kecho harmless" in err
+    assert "\x1b[2K" not in err
+
+
 def test_without_a_terminal_nothing_runs_and_the_model_is_told(workdir, monkeypatch, capsys):
     agent.set_up_tools(workdir, timeout=5, yes=False)
     monkeypatch.setattr("sys.stdin", open(os.devnull))
