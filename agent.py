@@ -298,9 +298,9 @@ def run(
     for step in range(1, max_steps + 1):
         with waiting_for_model(step):
             resp = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+        note_reply(resp, usage, raw)
         msg = resp.choices[0].message
         totals["steps"] = step
-        note_reply(resp, usage, raw)
         assistant = assistant_message(msg, step)
         append(messages, assistant, save)  # append only: earlier messages never change
         if "tool_calls" not in assistant:
@@ -353,9 +353,12 @@ def assistant_message(msg, step: int) -> dict:
 
 
 def note_reply(resp, usage: dict, raw: bool) -> None:
-    """Print the raw response (--raw), warn of a cut-off reply, and add up the tokens."""
+    """Print the raw response (--raw), check and warn of a cut-off reply, add up the tokens."""
     if raw:
         say(resp.model_dump_json(indent=2))
+    if not resp.choices:  # some proxies answer 200 with an error body and no choices
+        detail = one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
+        raise model_client.AgentError(f"the server's reply has no choices {detail}".rstrip())
     reason = resp.choices[0].finish_reason
     if reason in ("length", "content_filter", "insufficient_system_resource"):
         say(f"warning: the reply was cut off (finish_reason {reason}); it may be incomplete")
@@ -458,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         say("interrupted")
         return 130
-    except (model_client.ConfigError, OSError) as error:
+    except (model_client.AgentError, OSError) as error:
         say(f"error: {error}")
         return 1
     except Exception as error:
@@ -581,7 +584,7 @@ def show_transcript(path: str) -> int:
     """--show: print a saved transcript as a readable timeline."""
     try:
         messages = model_client.read_transcript(path)
-    except (model_client.ConfigError, OSError) as error:
+    except (model_client.AgentError, OSError) as error:
         say(f"error: {error}")
         return 1
     for number, message in enumerate(messages, 1):

@@ -13,8 +13,8 @@ DEFAULT_BASE_URL = "https://api.deepseek.com"
 MODEL = "deepseek-flash"  # the lesson's model; LLM_MODEL overrides it
 
 
-class ConfigError(Exception):
-    """A setting is missing or wrong; the message says what to change."""
+class AgentError(Exception):
+    """A problem the user can act on (a setting, a file, a reply); the message says what."""
 
 
 def load_config() -> dict[str, str]:
@@ -33,12 +33,12 @@ def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
     """An OpenAI SDK client for the configured server (DeepSeek unless LLM_BASE_URL is set)."""
     config = config or load_config()
     if not config["api_key"]:
-        raise ConfigError(
+        raise AgentError(
             "LLM_API_KEY is not set: put it in config.env (copy config.example.env) "
             "or in the environment"
         )
     if not config["base_url"].startswith(("http://", "https://")):
-        raise ConfigError(
+        raise AgentError(
             f"LLM_BASE_URL must start with http:// or https://, not {config['base_url']!r}"
         )
     from openai import Omit, OpenAI
@@ -62,9 +62,9 @@ def read_transcript(path: str | os.PathLike) -> list[dict]:
             try:
                 message = json.loads(line)
             except json.JSONDecodeError as error:
-                raise ConfigError(f"{path} line {number} is not JSON: {error}") from None
+                raise AgentError(f"{path} line {number} is not JSON: {error}") from None
             if not isinstance(message, dict) or "role" not in message:
-                raise ConfigError(f"{path} line {number} is not a message (no 'role')")
+                raise AgentError(f"{path} line {number} is not a message (no 'role')")
             messages.append(message)
     return messages
 
@@ -80,7 +80,7 @@ class ReplayClient:
         self.messages = read_transcript(path)
         self.replies = [m for m in self.messages if m["role"] == "assistant"]
         if not self.replies:
-            raise ConfigError(f"{path} has no assistant messages to replay")
+            raise AgentError(f"{path} has no assistant messages to replay")
         self.served = 0
         self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
@@ -92,7 +92,7 @@ class ReplayClient:
         from openai.types.chat import ChatCompletion
 
         if self.served == len(self.replies):
-            raise ConfigError(
+            raise AgentError(
                 f"the transcript has no more replies after its {self.served} assistant messages"
             )
         message = self.replies[self.served]

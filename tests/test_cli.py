@@ -113,6 +113,16 @@ def test_a_key_quoted_by_the_server_is_not_printed(workdir):
     assert KEY not in proc.stderr
 
 
+def test_a_reply_without_choices_is_a_one_line_error(workdir):
+    class NoChoices(StubServer):
+        def answer(self, path, headers, body):
+            return 200, {}, {"error": {"message": "upstream exploded"}}
+
+    with NoChoices([]) as server:
+        proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
+    assert_one_line_error(proc, "no choices", "upstream exploded")
+
+
 def test_an_empty_balance_says_so(workdir):
     with StubServer([Fail(402, "Insufficient Balance")], api_key=KEY) as server:
         proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
