@@ -554,7 +554,7 @@ def describe_api_error(error: Exception, config: dict) -> str | None:
     elif isinstance(error, openai.APIStatusError):
         status = error.status_code
         hint = {
-            400: "the server rejected the request: check LLM_MODEL, and the message",
+            400: "check the model name (LLM_MODEL or --model)",
             401: "check LLM_API_KEY in config.env or the environment",
             402: "the account's balance is used up: top it up with the provider",
             403: "the key is not allowed to do this: check LLM_API_KEY and LLM_MODEL",
