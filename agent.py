@@ -284,8 +284,9 @@ def run(
     Returns text (the final reply, or None), stop_reason ("finished" or "max_steps"), steps,
     tool_calls, messages (exactly what the model was sent, plus its last reply) and usage.
     """
-    client = client or model_client.create_client()
-    model = model or model_client.load_config()["model"]
+    config = model_client.load_config()
+    client = client or model_client.create_client(config)
+    model = model or config["model"]
     set_up_tools(workdir, timeout, yes)
     if save:
         open(save, "w").close()  # a new transcript for each run

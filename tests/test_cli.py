@@ -25,7 +25,7 @@ def read_call(call_id: str, path: str = "notes.txt") -> dict:
 
 
 def final(text: str) -> dict:
-    return {"role": "assistant", "content": text, "reasoning_content": "done"}
+    return reply(text, reasoning="done")
 
 
 def free_port() -> int:

@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 from conftest import ROOT, clean_env, run_agent
+from fake_model import reply
 from stub_server import StubServer
 
 import model_client
@@ -22,17 +23,13 @@ def app(tmp_path):
     return folder
 
 
-def final(text: str) -> dict:
-    return {"role": "assistant", "content": text}
-
-
 def write_config(app, **settings: str) -> None:
     lines = [f"{name}={value}" for name, value in settings.items()]
     (app / "config.env").write_text("# test settings\n" + "\n".join(lines) + "\n")
 
 
 def test_config_env_beside_the_program_is_used_from_any_directory(app, workdir):
-    with StubServer([final("from config.env")], api_key="file-key") as server:
+    with StubServer([reply("from config.env")], api_key="file-key") as server:
         write_config(app, LLM_API_KEY="file-key", LLM_BASE_URL=server.url, LLM_MODEL="file-model")
         proc = run_agent("--workdir", str(workdir), "hi", env=clean_env(), script=app / "agent.py")
     assert proc.returncode == 0, proc.stderr
@@ -41,7 +38,7 @@ def test_config_env_beside_the_program_is_used_from_any_directory(app, workdir):
 
 
 def test_environment_variables_win_over_config_env(app, workdir):
-    with StubServer([final("env wins")], api_key="env-key") as server:
+    with StubServer([reply("env wins")], api_key="env-key") as server:
         write_config(app, LLM_API_KEY="file-key", LLM_BASE_URL="http://127.0.0.1:9", LLM_MODEL="f")
         env = clean_env(LLM_API_KEY="env-key", LLM_BASE_URL=server.url, LLM_MODEL="env-model")
         proc = run_agent("--workdir", str(workdir), "hi", env=env, script=app / "agent.py")
@@ -50,7 +47,7 @@ def test_environment_variables_win_over_config_env(app, workdir):
 
 
 def test_the_model_option_wins_over_both(app, workdir):
-    with StubServer([final("ok")], api_key="k") as server:
+    with StubServer([reply("ok")], api_key="k") as server:
         write_config(app, LLM_API_KEY="k", LLM_BASE_URL=server.url, LLM_MODEL="file-model")
         env = clean_env(LLM_MODEL="env-model")
         proc = run_agent(
