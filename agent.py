@@ -278,6 +278,7 @@ def run(
     yes: bool = False,
     save: str | os.PathLike | None = None,
     raw: bool = False,
+    max_tokens: int | None = None,
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
 
@@ -287,6 +288,7 @@ def run(
     config = model_client.load_config()
     client = client or model_client.create_client(config)
     model = model or config["model"]
+    limit = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own limit
     set_up_tools(workdir, timeout, yes)
     if save:
         open(save, "w").close()  # a new transcript for each run
@@ -298,7 +300,9 @@ def run(
 
     for step in range(1, max_steps + 1):
         with waiting_for_model(step):
-            resp = client.chat.completions.create(model=model, messages=messages, tools=TOOLS)
+            resp = client.chat.completions.create(
+                model=model, messages=messages, tools=TOOLS, **limit
+            )
         note_reply(resp, usage, raw)
         msg = resp.choices[0].message
         totals["steps"] = step
@@ -444,7 +448,7 @@ def main(argv: list[str] | None = None) -> int:
             client = model_client.ReplayClient(args.replay)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
-            client = model_client.create_client(config)
+            client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {args.model or config['model']} at {config['base_url']}"
         say(f"{source}; workdir {args.workdir}")
         task = " ".join(args.task) or (args.replay and client.task()) or task_from_stdin(parser)
@@ -458,6 +462,7 @@ def main(argv: list[str] | None = None) -> int:
             yes=args.yes,
             save=args.save,
             raw=args.raw,
+            max_tokens=args.max_tokens or max_tokens_setting(config),
         )
     except KeyboardInterrupt:
         say("interrupted")
@@ -498,6 +503,21 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="stop after N model requests (default: %(default)s)",
     )
+    parser.add_argument(
+        "--max-tokens",
+        type=positive(int),
+        metavar="N",
+        help="ask the server to end each reply after N tokens (default: LLM_MAX_TOKENS, else "
+        "the server's own limit)",
+    )
+    parser.add_argument(
+        "--request-timeout",
+        type=positive(float),
+        default=model_client.REQUEST_TIMEOUT,
+        metavar="SECONDS",
+        help="give up an attempt when the server sends nothing for this long (default: "
+        "%(default)g; the SDK makes up to three attempts)",
+    )
     parser.add_argument("--yes", action="store_true", help="run every shell command unasked")
     parser.add_argument(
         "--timeout",
@@ -530,6 +550,16 @@ def positive(kind):
         return value
 
     return convert
+
+
+def max_tokens_setting(config: dict) -> int | None:
+    """LLM_MAX_TOKENS as a number, or None when it is not set."""
+    text = config["max_tokens"]
+    if text and not (text.isdigit() and int(text) > 0):
+        raise model_client.AgentError(
+            f"LLM_MAX_TOKENS must be a whole number above 0, not {text!r}"
+        )
+    return int(text) if text else None
 
 
 def task_from_stdin(parser: argparse.ArgumentParser) -> str:

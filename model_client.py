@@ -11,6 +11,7 @@ from types import SimpleNamespace
 CONFIG_FILE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 MODEL = "deepseek-flash"  # the lesson's model; LLM_MODEL overrides it
+REQUEST_TIMEOUT = 120.0  # seconds without a byte from the server before an attempt gives up
 
 
 class AgentError(Exception):
@@ -26,11 +27,18 @@ def load_config() -> dict[str, str]:
         "api_key": os.environ.get("LLM_API_KEY", "").strip(),
         "base_url": os.environ.get("LLM_BASE_URL", "").strip() or DEFAULT_BASE_URL,
         "model": os.environ.get("LLM_MODEL", "").strip() or MODEL,
+        "max_tokens": os.environ.get("LLM_MAX_TOKENS", "").strip(),
     }
 
 
-def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
-    """An OpenAI SDK client for the configured server (DeepSeek unless LLM_BASE_URL is set)."""
+def create_client(
+    config: dict[str, str] | None = None, timeout: float = REQUEST_TIMEOUT
+):  # -> openai.OpenAI
+    """An OpenAI SDK client for the configured server (DeepSeek unless LLM_BASE_URL is set).
+
+    timeout bounds each attempt's wait for the server (the SDK's own default is 600 s, far too
+    long to sit in front of a silent server); the SDK makes up to three attempts.
+    """
     config = config or load_config()
     if not config["api_key"]:
         raise AgentError(
@@ -48,7 +56,10 @@ def create_client(config: dict[str, str] | None = None):  # -> openai.OpenAI
     # reason the headers the SDK would fill from OPENAI_ORG_ID and OPENAI_PROJECT_ID are dropped.
     openai_only = {"OpenAI-Organization": Omit(), "OpenAI-Project": Omit()}
     return OpenAI(
-        api_key=config["api_key"], base_url=config["base_url"], default_headers=openai_only
+        api_key=config["api_key"],
+        base_url=config["base_url"],
+        default_headers=openai_only,
+        timeout=timeout,
     )
 
 

@@ -370,3 +370,37 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     assert agent_process.returncode == 128 + signal.SIGTERM
     assert "Traceback" not in err
     assert not alive(int(pid_file.read_text()))
+
+
+def test_max_tokens_is_sent_only_when_asked_for(workdir):
+    runs = {"default": [], "option": ["--max-tokens", "7"], "setting": []}
+    sent = {}
+    for name, options in runs.items():
+        settings = {"LLM_MAX_TOKENS": "9"} if name == "setting" else {}
+        with StubServer([final("ok")]) as server:
+            proc = run_agent(
+                "--workdir", str(workdir), *options, "hi", env=stub_env(server, **settings)
+            )
+        assert proc.returncode == 0, proc.stderr
+        sent[name] = server.requests[0].get("max_tokens")
+    assert sent == {"default": None, "option": 7, "setting": 9}
+
+
+def test_a_bad_max_tokens_setting_is_a_one_line_error(workdir):
+    with StubServer([]) as server:
+        proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server, LLM_MAX_TOKENS="x"))
+    assert_one_line_error(proc, "LLM_MAX_TOKENS", "'x'")
+    assert server.requests == []
+
+
+def test_a_server_that_never_answers_is_given_up_at_the_request_timeout(workdir):
+    with socket.socket() as silent:  # accepts connections (the kernel does), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        env = clean_env(LLM_API_KEY="k", LLM_BASE_URL=url)
+        started = time.monotonic()
+        proc = run_agent("--workdir", str(workdir), "--request-timeout", "0.5", "hi", env=env)
+        took = time.monotonic() - started
+    assert_one_line_error(proc, "timed out", url)
+    assert took < 30  # three attempts of 0.5 s plus the SDK's back-off, not 3 x 600 s
