@@ -8,6 +8,12 @@ a reply carried it, each request extends the previous one (append only), and the
 header carries the expected key. What it finds wrong is kept in `problems` and answered with a
 400, as DeepSeek would answer it.
 
+A request with `"stream": true` gets the same reply as server-sent events, shaped like
+DeepSeek's stream (reasoning deltas, content deltas, tool-call deltas split over several chunks,
+usage in a last chunk without choices, `data: [DONE]`); a `Streamed` script item picks one of
+the quirky shapes other servers send, or holds, cuts or breaks the stream. The checks above run
+for streamed requests alike.
+
 Used by the tests, tests/benchmark.py and tests/make_example.py; standard library plus pydantic
 (which the openai SDK brings).
 """
@@ -26,6 +32,7 @@ from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter, ValidationError
 
 MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek's name, vLLM's and Ollama's
 
 
 @dataclass
@@ -35,6 +42,30 @@ class Fail:
     status: int
     message: str = "scripted failure"
     headers: dict = field(default_factory=dict)
+
+
+@dataclass
+class Streamed:
+    """A scripted reply, streamed in a given shape when the request asks for a stream.
+
+    shape: "deepseek" (the default for any reply), "no_index" (tool-call deltas without index:
+    whole calls in one chunk, as Gemini sends them), "fragments_no_index" (fragments without
+    index, only the first with an id, as old Ollama sends them), "repeated" (id, type and name
+    repeated on every delta, as some proxies do), "usage_on_finish" (usage rides on the finish
+    chunk, no usage-only chunk).
+    hold: the stream waits for this event after the first reasoning chunk (or the first chunk).
+    keepalive: a ": keep-alive" comment line between chunks.
+    end: "done" (finish_reason, usage, [DONE]), "error" (an {"error": ...} event after the
+    first chunk), "cut" ([DONE] without any finish_reason), "drop" (the connection closes in
+    the middle of the chunked body), "stall" (nothing more; held open until stall is set).
+    """
+
+    message: dict
+    shape: str = "deepseek"
+    hold: threading.Event | None = None
+    keepalive: bool = False
+    end: str = "done"
+    stall: threading.Event = field(default_factory=threading.Event)
 
 
 def check_messages(messages: object, served: list[dict], previous: list | None) -> list[str]:
@@ -100,6 +131,9 @@ class StubServer:
         self.problems: list[str] = []
         self.headers: list[dict] = []  # every request's headers, names in lower case
         self.served: list[dict] = []  # the assistant messages served, in order
+        self.first_thinking_sent: list[float] = []  # perf_counter() as each stream's first
+        # reasoning chunk left the server
+        self.streams: list[Streamed] = []  # every stream being served, to release stalls
         self.lock = threading.Lock()
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.http.daemon_threads = True
@@ -111,11 +145,15 @@ class StubServer:
         return self
 
     def __exit__(self, *exc) -> None:
+        for stream in self.streams:
+            stream.stall.set()
+            if stream.hold:
+                stream.hold.set()
         self.http.shutdown()
         self.http.server_close()
 
-    def answer(self, path: str, headers, body: bytes) -> tuple[int, dict, dict]:
-        """(status, headers, JSON body) for one request."""
+    def answer(self, path: str, headers, body: bytes) -> tuple[int, dict, dict | Streamed]:
+        """(status, headers, JSON body or the Streamed plan) for one request."""
         self.headers.append({name.lower(): value for name, value in headers.items()})
         if not path.endswith("/chat/completions"):
             return 404, {}, error_body(f"no route {path}", "not_found")
@@ -139,10 +177,20 @@ class StubServer:
             item = self.script.pop(0)
             if isinstance(item, Fail):
                 return item.status, item.headers, error_body(item.message, "scripted")
-            message = item(request) if callable(item) else item
+            streamed = item if isinstance(item, Streamed) else Streamed(item)
+            message = streamed.message
+            message = dict(message(request) if callable(message) else message)
             self.served.append(message)
             cached = len(json.dumps(previous)) // 4 if previous and self.cache else 0
-            return 200, {}, chat_completion(message, len(self.requests), len(body) // 4, cached)
+            # The same token counts whether streamed or not: the stream options do not count.
+            prompt = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
+            size = len(json.dumps(prompt, ensure_ascii=False, separators=(",", ":")).encode())
+            completion = chat_completion(message, len(self.requests), size // 4, cached)
+            if not request.get("stream"):
+                return 200, {}, completion
+            streamed.message = completion
+            self.streams.append(streamed)
+            return 200, {}, streamed
 
     def _handler(self):
         server = self
@@ -159,6 +207,9 @@ class StubServer:
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 status, headers, payload = server.answer(self.path, self.headers, body)
+                if isinstance(payload, Streamed):
+                    self.send_stream(payload)
+                    return
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -167,6 +218,50 @@ class StubServer:
                     self.send_header(name, value)
                 self.end_headers()
                 self.wfile.write(data)
+
+            def send_stream(self, plan: Streamed) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                chunks = stream_chunks(plan.message, plan.shape)
+                if plan.end == "cut":
+                    chunks = [c for c in chunks if not c.get("usage")]
+                    for chunk in chunks:
+                        for choice in chunk["choices"]:
+                            choice["finish_reason"] = None
+                first_thinking = next(
+                    (n for n, c in enumerate(chunks) if thinking_in(c)), 0
+                )
+                for number, chunk in enumerate(chunks):
+                    if plan.keepalive:
+                        self.send_piece(": keep-alive\n\n")
+                    self.send_piece(f"data: {json.dumps(chunk)}\n\n")
+                    if number == first_thinking:
+                        if thinking_in(chunk):
+                            server.first_thinking_sent.append(time.perf_counter())
+                        if plan.hold:
+                            plan.hold.wait(30)
+                        if plan.end == "error":
+                            error = error_body("upstream model failed", "server_error")
+                            self.send_piece(f"data: {json.dumps(error)}\n\n")
+                            break
+                        if plan.end == "drop":
+                            self.wfile.flush()  # and the connection closes, mid-body
+                            self.close_connection = True
+                            return
+                        if plan.end == "stall":
+                            plan.stall.wait(60)
+                            self.close_connection = True
+                            return
+                else:
+                    self.send_piece("data: [DONE]\n\n")
+                self.wfile.write(b"0\r\n\r\n")  # the end of the chunked body
+
+            def send_piece(self, text: str) -> None:
+                data = text.encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
 
             def log_message(self, *args) -> None:  # keep test output quiet
                 pass
@@ -203,6 +298,70 @@ def chat_completion(message: dict, number: int, prompt_tokens: int, cached: int)
             "prompt_cache_miss_tokens": prompt_tokens - cached,
         },
     }
+
+
+def stream_chunks(completion: dict, shape: str = "deepseek") -> list[dict]:
+    """The chat.completion.chunk objects a server streams for a completion, in a given shape.
+
+    DeepSeek's shape: a first delta with the role (and reasoning_content "" when the reply has
+    reasoning), reasoning pieces, content pieces, each tool call as a head (index, id, type,
+    name, arguments "") and argument pieces, a finish chunk, then usage in a chunk without
+    choices. Put back together, the deltas give exactly the message of the completion.
+    """
+    message = completion["choices"][0]["message"]
+    base = {k: completion[k] for k in ("id", "object", "created", "model", "system_fingerprint")}
+    base["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict, finish_reason: str | None = None, usage: dict | None = None) -> dict:
+        choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+        return {**base, "choices": [choice], "usage": usage}
+
+    head: dict = {"role": "assistant", "content": None}
+    field = next((f for f in REASONING_FIELDS if f in message), None)  # vLLM: "reasoning"
+    reasoning = message.get(field)
+    if reasoning is not None:
+        head[field] = ""
+    chunks = [chunk(head)]
+    for piece in pieces(reasoning or ""):
+        chunks.append(chunk({"content": None, field: piece}))
+    content = message.get("content")
+    if content is not None:
+        after_reasoning = {field: None} if reasoning is not None else {}
+        for piece in pieces(content) or [""]:  # "" still arrives as "", not as null
+            chunks.append(chunk({"content": piece, **after_reasoning}))
+    calls = message.get("tool_calls") or []
+    if shape == "no_index":
+        whole = [{**call, "function": dict(call["function"])} for call in calls]
+        if whole:
+            chunks.append(chunk({"tool_calls": whole}))
+    for index, call in enumerate(calls if shape != "no_index" else []):
+        name, arguments = call["function"]["name"], call["function"]["arguments"]
+        first = {"index": index, "id": call["id"], "type": "function"}
+        first["function"] = {"name": name, "arguments": ""}
+        fragments = [first] + [
+            {"index": index, "function": {"arguments": piece}} for piece in pieces(arguments, 8)
+        ]
+        for fragment in fragments:
+            if shape == "repeated":
+                fragment.update(id=call["id"], type="function")
+                fragment["function"]["name"] = name
+            if shape == "fragments_no_index":
+                del fragment["index"]
+            chunks.append(chunk({"tool_calls": [fragment]}))
+    finish = completion["choices"][0]["finish_reason"]
+    usage = completion["usage"]
+    if shape == "usage_on_finish":
+        return [*chunks, chunk({}, finish, usage)]
+    return [*chunks, chunk({}, finish), {**base, "choices": [], "usage": usage}]
+
+
+def pieces(text: str, size: int = 12) -> list[str]:
+    """text cut into pieces of at most size characters (as a model streams tokens)."""
+    return [text[start : start + size] for start in range(0, len(text), size)]
+
+
+def thinking_in(chunk: dict) -> bool:
+    return any(c["delta"].get(f) for c in chunk["choices"] for f in REASONING_FIELDS)
 
 
 def demo_script() -> list:
