@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import sys
+import time
 
 import model_client
 
@@ -279,6 +280,7 @@ def run(
     save: str | os.PathLike | None = None,
     raw: bool = False,
     max_tokens: int | None = None,
+    stream: bool = False,
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
 
@@ -299,9 +301,9 @@ def run(
     append(messages, {"role": "user", "content": task}, save)
 
     for step in range(1, max_steps + 1):
-        with waiting_for_model(step):
-            resp = client.chat.completions.create(
-                model=model, messages=messages, tools=TOOLS, **limit
+        with waiting_for_model(step, stream) as show:  # show: None, or the streaming display
+            resp = model_client.complete(
+                client, show, model=model, messages=messages, tools=TOOLS, **limit
             )
         note_reply(resp, usage, raw)
         msg = resp.choices[0].message
@@ -309,7 +311,7 @@ def run(
         assistant = assistant_message(msg, step)
         append(messages, assistant, save)  # append only: earlier messages never change
         if "tool_calls" not in assistant:
-            print(msg.content or "")
+            show_answer(msg.content, streamed=stream)
             return finish("finished", msg.content, messages, totals, usage)
         for call in assistant["tool_calls"]:  # one tool message per call, in order
             show_call(step, call)
@@ -392,17 +394,83 @@ def say(text: str) -> None:
 
 
 @contextlib.contextmanager
-def waiting_for_model(step: int):
-    """Show a waiting line on a terminal while the request runs; never in a pipe or a log."""
-    if sys.stderr.isatty():
-        sys.stderr.write(f"[{step}] waiting for the model...")
+def waiting_for_model(step: int, stream: bool = False):
+    """While the request runs: on a terminal, a line counting the seconds (never in a pipe or a
+    log). With stream, yields the function that shows the reply's thinking and text as they
+    arrive, on stderr (the counting line gives way to them); without, yields None."""
+    stop_counting = count_seconds(step) if sys.stderr.isatty() else lambda: None
+    shown = {"kind": None}  # what the last piece shown was: "thinking", "text" or None
+
+    def show(kind: str, text: str) -> None:
+        stop_counting()
+        if kind != shown["kind"]:
+            end_piece(shown["kind"])
+            begin_piece(kind, step)
+            shown["kind"] = kind
+        sys.stderr.write(visible(text))
         sys.stderr.flush()
+
     try:
-        yield
+        yield show if stream else None
     finally:
-        if sys.stderr.isatty():
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
+        stop_counting()
+        end_piece(shown["kind"])
+
+
+def count_seconds(step: int):  # -> a function that stops the count and wipes its line
+    """Write "[step] waiting for the model... N s" on stderr, updated every second."""
+    import threading  # here, not at the top, to keep --help's start-up fast
+
+    started, done, lock = time.monotonic(), threading.Event(), threading.Lock()
+
+    def write(text: str) -> None:
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    def tick() -> None:
+        while not done.wait(1):
+            with lock:  # never a tick after the line is wiped
+                if not done.is_set():
+                    write(f"\r[{step}] waiting for the model... {time.monotonic() - started:.0f} s")
+
+    def stop() -> None:
+        with lock:
+            if not done.is_set():
+                done.set()
+                write("\r\033[K")
+
+    write(f"[{step}] waiting for the model...")
+    threading.Thread(target=tick, daemon=True).start()
+    return stop
+
+
+def begin_piece(kind: str, step: int) -> None:
+    """The label of streamed thinking (dimmed on a colour terminal) or text."""
+    label = f"[{step}] thinking: " if kind == "thinking" else f"[{step}] "
+    sys.stderr.write(("\033[2m" if kind == "thinking" and colour() else "") + label)
+
+
+def end_piece(kind: str | None) -> None:
+    if kind:
+        sys.stderr.write(("\033[0m" if kind == "thinking" and colour() else "") + "\n")
+        sys.stderr.flush()
+
+
+def colour() -> bool:
+    """Colour only on a terminal, and not when NO_COLOR is set (no-color.org)."""
+    return sys.stderr.isatty() and not os.environ.get("NO_COLOR")
+
+
+def show_answer(text: str | None, streamed: bool) -> None:
+    """The final answer on stdout, exactly, for pipes and files. On a terminal it is marked as
+    the answer, and not printed a second time when it has just been streamed there."""
+    on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
+    if streamed and on_terminal and text:
+        say("^ the answer")
+        return
+    if on_terminal:
+        say("answer:")
+    print(text or "")
 
 
 def show_call(step: int, call: dict) -> None:
@@ -463,6 +531,7 @@ def main(argv: list[str] | None = None) -> int:
             save=args.save,
             raw=args.raw,
             max_tokens=args.max_tokens or max_tokens_setting(config),
+            stream=streaming(args),
         )
     except KeyboardInterrupt:
         say("interrupted")
@@ -518,6 +587,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="give up an attempt when the server sends nothing for this long (default: "
         "%(default)g; the SDK makes up to three attempts)",
     )
+    parser.add_argument(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        help="show the model's thinking and text on stderr as they arrive (default: when stderr "
+        "is a terminal; --replay never streams)",
+    )
     parser.add_argument("--yes", action="store_true", help="run every shell command unasked")
     parser.add_argument(
         "--timeout",
@@ -550,6 +625,13 @@ def positive(kind):
         return value
 
     return convert
+
+
+def streaming(args: argparse.Namespace) -> bool:
+    """--stream or --no-stream if given; else stream when stderr is a terminal. Not --replay."""
+    if args.replay:
+        return False  # a saved reply has nothing to stream
+    return sys.stderr.isatty() if args.stream is None else args.stream
 
 
 def max_tokens_setting(config: dict) -> int | None:

@@ -1,4 +1,5 @@
-"""Where the agent's model comes from: configuration, `create_client()`, and the replay client.
+"""Where the agent's model comes from: configuration, `create_client()`, `complete()` (one
+request, streamed or not), and the replay client.
 
 `openai` and `python-dotenv` are imported inside the functions that need them, so that
 `python agent.py --help` starts without paying for them.
@@ -61,6 +62,117 @@ def create_client(
         default_headers=openai_only,
         timeout=timeout,
     )
+
+
+def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompletion
+    """Ask the model once and return its ChatCompletion, streamed or not.
+
+    Without show, a plain `client.chat.completions.create(**request)`. With show, the reply is
+    streamed: show("thinking", text) and show("text", text) get the reasoning and the content
+    as they arrive, and the chunks are put together by the SDK's own accumulator into the
+    ChatCompletion a plain request returns, so nothing after the request can tell the two apart.
+    A reply that does not arrive whole raises AgentError: nothing of it is kept.
+    """
+    if show is None:
+        return client.chat.completions.create(**request)
+    import openai
+    from openai.lib.streaming.chat import ChatCompletionStreamState
+    from openai.types.chat import ChatCompletion
+
+    state = ChatCompletionStreamState()
+    calls: dict[int, list[dict]] = {}  # what each choice's tool calls have sent so far
+    usage = None
+    started = False
+    stream = client.chat.completions.create(
+        **request, stream=True, stream_options={"include_usage": True}
+    )
+    try:
+        with stream:
+            for chunk in stream:
+                usage = chunk.usage or usage  # on the finish chunk, or in a chunk of its own
+                if not chunk.choices:  # the usage-only last chunk, a content-filter note
+                    continue
+                if any(choice.delta.tool_calls for choice in chunk.choices):
+                    chunk = mended(chunk, calls)
+                show_delta(chunk.choices[0].delta, show)
+                state.handle_chunk(chunk)
+                started = True
+    except openai.APITimeoutError:
+        seconds = client.timeout if isinstance(client.timeout, (int, float)) else None
+        after = f" for {seconds:g} s" if seconds else ""
+        raise AgentError(
+            f"the server sent nothing{after} in the middle of the reply, so it was given up "
+            "(nothing of it was kept): try again, or raise --request-timeout"
+        ) from None
+    except openai.APIConnectionError:
+        raise AgentError(CUT_OFF.format(how="the connection broke")) from None
+    except openai.APIStatusError:
+        raise
+    except openai.APIError as error:  # an {"error": ...} event in the stream
+        said = " ".join(str(error.message).split())[:200]
+        if len(client.api_key or "") >= 8:
+            said = said.replace(client.api_key, "***")
+        raise AgentError(
+            f"the server reported an error in the middle of the reply ({said}); nothing of "
+            "it was kept: try again later"
+        ) from None
+    snapshot = state.current_completion_snapshot if started else None
+    if not snapshot or not snapshot.choices or not snapshot.choices[0].finish_reason:
+        raise AgentError(CUT_OFF.format(how="the stream ended"))
+    # A plain ChatCompletion, without the SDK's parsed-output fields, as a plain request gives.
+    parsed = {"parsed": True, "tool_calls": {"__all__": {"function": {"parsed_arguments"}}}}
+    data = snapshot.model_dump(exclude={"choices": {"__all__": {"message": parsed}}})
+    data["usage"] = usage and usage.model_dump()
+    return ChatCompletion.construct(**data)
+
+
+CUT_OFF = (
+    "the reply was cut off: {how} before the server finished it, so nothing of it was kept "
+    "and none of its tool calls ran; try again"
+)
+
+
+def mended(chunk, calls: dict[int, list[dict]]):  # -> ChatCompletionChunk
+    """The chunk with its tool-call deltas as the SDK's accumulator needs them.
+
+    Every fragment gets the index of its call: one without an index continues the current call
+    unless it brings a new id (Gemini sends whole calls that way, old Ollama fragments). An id or
+    name repeated on every fragment (some proxies) is sent on once, so it is not concatenated.
+    """
+    from openai.types.chat import ChatCompletionChunk
+
+    data = chunk.to_dict()
+    for choice in data["choices"]:
+        known = calls.setdefault(choice.get("index", 0), [])
+        for fragment in choice["delta"].get("tool_calls") or []:
+            new_id = fragment.get("id")
+            if not isinstance(fragment.get("index"), int):
+                starts = not known or (new_id and new_id != known[-1]["id"])
+                fragment["index"] = len(known) if starts else len(known) - 1
+            while len(known) <= fragment["index"]:
+                known.append({"id": None, "name": ""})
+            call = known[fragment["index"]]
+            if new_id and new_id == call["id"]:
+                del fragment["id"]
+            elif new_id:
+                call["id"] = new_id
+            function = fragment.get("function") or {}
+            name = function.get("name")
+            if name and name == call["name"]:
+                del function["name"]
+            elif name:
+                call["name"] += name
+    return ChatCompletionChunk.construct(**data)
+
+
+def show_delta(delta, show) -> None:
+    """Pass a delta's thinking and text on to show (reasoning_content, or vLLM's reasoning)."""
+    extra = delta.model_extra or {}
+    thinking = extra.get("reasoning_content") or extra.get("reasoning")
+    if isinstance(thinking, str) and thinking:
+        show("thinking", thinking)
+    if delta.content:
+        show("text", delta.content)
 
 
 def read_transcript(path: str | os.PathLike) -> list[dict]:
