@@ -1,0 +1,235 @@
+"""Streamed replies (--stream): a real process, the real SDK, and the stub server's
+server-sent events. A streamed run must be indistinguishable from a plain one in what the model
+is sent, what is saved and what is counted; quirky and broken streams; and what a person sees on
+a real pseudo-terminal while the reply arrives."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+
+import pexpect
+import pytest
+from conftest import ROOT, clean_env, finish, run_agent, stub_env
+from fake_model import reply, tool_call
+from stub_server import Streamed, StubServer, demo_script
+
+
+def write_and_read(step: int, text: str | None = "I will write it, then read it back.") -> dict:
+    write = tool_call("write_file", {"path": f"out{step}.txt", "content": "x" * 50}, f"w{step}")
+    read = tool_call("read_file", {"path": f"out{step}.txt"}, f"r{step}")
+    return reply(text, write, read, reasoning="Two calls at once.")
+
+
+def every_shape() -> list:
+    """One session whose replies come in every quirky shape, with every reasoning field."""
+    vllm = {"role": "assistant", "content": None, "reasoning": "vLLM names it reasoning."}
+    vllm["tool_calls"] = [tool_call("read_file", {"path": "notes.txt"}, "v1")]
+    plain = reply(None, tool_call("read_file", {"path": "notes.txt"}, "p1"))  # no reasoning
+    return [
+        Streamed(write_and_read(1), "no_index"),  # Gemini: whole calls, no index
+        Streamed(write_and_read(2, None), "fragments_no_index"),  # old Ollama
+        Streamed(write_and_read(3), "repeated"),  # id and name on every delta
+        Streamed(plain, "usage_on_finish", keepalive=True),
+        vllm,
+        reply("", reasoning="Nothing more to say."),  # an empty answer, "" as sent
+    ]
+
+
+SCRIPTS = {"the lesson's demo": demo_script, "every shape and field": every_shape}
+
+
+def session(tmp_path, name: str, script: list, *options: str):
+    """Run the agent once against script; (process, server, transcript text)."""
+    work = tmp_path / name
+    work.mkdir()
+    (work / "notes.txt").write_text("hi\n")
+    saved = tmp_path / f"{name}.jsonl"
+    with StubServer(script) as server:
+        proc = run_agent(
+            "--workdir", str(work), "--yes", "--save", str(saved), *options, "do it",
+            env=stub_env(server),
+        )  # fmt: skip
+    assert server.problems == [], server.problems
+    return proc, server, saved.read_text()
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_a_streamed_run_equals_a_plain_run(tmp_path, name):
+    plain, plain_server, plain_saved = session(tmp_path, "plain", SCRIPTS[name](), "--no-stream")
+    streamed, server, saved = session(tmp_path, "streamed", SCRIPTS[name](), "--stream")
+    assert plain.returncode == streamed.returncode == 0, streamed.stderr
+    assert saved == plain_saved  # the same transcript, byte for byte
+    assert streamed.stdout == plain.stdout  # exactly the answer, once
+    totals = [p.stderr.strip().splitlines()[-1] for p in (plain, streamed)]
+    assert totals[0] == totals[1] and totals[0].startswith("steps ")  # the same usage counted
+    options = {"stream": True, "stream_options": {"include_usage": True}}
+    assert [{**r, **options} for r in plain_server.requests] == server.requests
+    assert all("stream" not in r for r in plain_server.requests)
+
+
+def test_text_that_comes_with_tool_calls_and_thinking_are_shown_on_stderr(tmp_path):
+    proc, _, _ = session(tmp_path, "s", [write_and_read(1), reply("")], "--stream")
+    shown = "[1] thinking: Two calls at once.\n[1] I will write it, then read it back.\n"
+    assert shown in proc.stderr
+    assert "[1] write_file(path='out1.txt'" in proc.stderr
+    assert "\033" not in proc.stderr  # not a terminal: plain text, no colour, no waiting line
+    assert proc.stdout == "\n"
+
+
+def plain_session() -> list:
+    return [reply(None, tool_call("read_file", {"path": "notes.txt"}, "c1")), reply("ok")]
+
+
+def test_in_a_pipe_it_does_not_stream_unless_asked_and_replay_ignores_stream(tmp_path):
+    proc, server, saved = session(tmp_path, "s", plain_session())
+    assert proc.returncode == 0 and proc.stdout == "ok\n"
+    assert all("stream" not in r for r in server.requests)
+    (tmp_path / "r.jsonl").write_text(saved)
+    work = tmp_path / "replay"
+    work.mkdir()
+    (work / "notes.txt").write_text("hi\n")
+    proc = run_agent(
+        "--workdir", str(work), "--replay", str(tmp_path / "r.jsonl"), "--stream",
+        env=clean_env(),  # no key, no server
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok\n"
+
+
+def broken(end: str) -> list:
+    """A reply whose tool call must never run, because its stream does not end well."""
+    call = tool_call("write_file", {"path": "never.txt", "content": "no"}, "c1")
+    return [Streamed(reply("Writing.", call, reasoning="Let me write it."), end=end)]
+
+
+@pytest.mark.parametrize(
+    "end, phrase",
+    [
+        ("cut", "the reply was cut off: the stream ended before the server finished it"),
+        ("drop", "the reply was cut off: the connection broke before the server finished it"),
+        ("error", "the server reported an error in the middle of the reply (upstream model"),
+    ],
+)
+def test_a_stream_that_does_not_finish_is_an_error_and_nothing_of_it_is_kept(tmp_path, end, phrase):
+    proc, server, saved = session(tmp_path, "s", broken(end), "--stream")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"error: {phrase}")
+    assert [json.loads(line)["role"] for line in saved.splitlines()] == ["system", "user"]
+    assert not (tmp_path / "s" / "never.txt").exists()  # its tool call did not run
+    assert len(server.requests) == 1
+
+
+def test_a_stalled_stream_is_given_up_at_the_request_timeout(tmp_path):
+    started = time.monotonic()
+    proc, server, saved = session(
+        tmp_path, "s", broken("stall"), "--stream", "--request-timeout", "1"
+    )
+    assert time.monotonic() - started < 20  # not the SDK's 600 s
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: the server sent nothing for 1 s in the middle of the reply")
+    assert "--request-timeout" in last and "Traceback" not in proc.stderr
+    assert [json.loads(line)["role"] for line in saved.splitlines()] == ["system", "user"]
+    assert not (tmp_path / "s" / "never.txt").exists()
+    assert len(server.requests) == 1  # a broken stream is not sent again
+
+
+# --- On a real pseudo-terminal -----------------------------------------------------------
+
+
+def spawn(server, *args: str, **settings: str) -> pexpect.spawn:
+    return pexpect.spawn(
+        sys.executable,
+        [str(ROOT / "agent.py"), *args],
+        env=stub_env(server, **settings),
+        cwd=str(ROOT / "tests"),
+        encoding="utf-8",
+        timeout=30,
+        dimensions=(40, 200),
+    )
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + 20
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("no_color", [False, True])
+def test_thinking_appears_before_the_reply_finishes(workdir, no_color):
+    hold = threading.Event()
+    script = [Streamed(reply("The answer is 42.", reasoning="Thinking it over."), hold=hold)]
+    with StubServer(script) as server:
+        settings = {"NO_COLOR": "1"} if no_color else {}
+        child = spawn(server, "--workdir", str(workdir), "think", **settings)
+        child.expect_exact("Thinking it ")  # the first piece, while the server holds the rest
+        shown = child.before
+        assert not hold.is_set()
+        hold.set()
+        child.expect_exact("The answer is 42.")
+        rest = child.before
+        child.expect_exact("^ the answer")
+        output = shown + rest + child.before
+        assert finish(child) == 0
+        output += child.before
+    assert "[1] thinking: " in shown
+    assert ("\033[2m" in shown) is not no_color  # dim on a colour terminal, plain with NO_COLOR
+    assert "The answer is 42." not in output  # shown once: not printed again on stdout
+    assert server.problems == []
+
+
+def test_the_approval_prompt_works_while_streaming(workdir, tmp_path):
+    command = "echo hi > hi.txt"
+    call = tool_call("run_shell", {"command": command}, "c1")
+    script = [reply("Running it.", call, reasoning="A command."), reply("Done.", reasoning="")]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--save", str(tmp_path / "t.jsonl"), "x")
+        child.expect_exact("[1] thinking: ")
+        child.expect_exact("[1] Running it.")
+        child.expect_exact(f"$ {command}")
+        child.expect_exact("Run it? [y/N/a] ")
+        child.sendline("y")
+        child.expect_exact("Done.")
+        assert finish(child) == 0
+    assert (workdir / "hi.txt").read_text() == "hi\n"
+    assert server.requests[0]["stream"] is True  # a terminal streams by default
+    assert server.requests[1]["messages"][-1]["content"] == "exit code 0\n"
+    assert server.problems == []
+
+
+def test_ctrl_c_while_streaming_exits_130_and_keeps_nothing_partial(workdir, tmp_path):
+    hold = threading.Event()
+    transcript = tmp_path / "t.jsonl"
+    script = [Streamed(reply("never", reasoning="Thinking for a long time."), hold=hold)]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--save", str(transcript), "x")
+        child.expect_exact("Thinking for")  # the first piece; the server holds the rest
+        child.sendintr()
+        child.expect_exact("interrupted")
+        assert "\033[0m" in child.before  # the terminal is not left dimmed
+        assert finish(child) == 130
+    assert [json.loads(line)["role"] for line in transcript.read_text().splitlines()] == [
+        "system",
+        "user",
+    ]
+
+
+def test_the_waiting_line_counts_seconds_and_a_plain_answer_is_marked(workdir):
+    released = threading.Event()
+
+    def slow(request):
+        released.wait(20)
+        return reply("Slow but sure.")
+
+    with StubServer([slow]) as server:
+        child = spawn(server, "--workdir", str(workdir), "--no-stream", "x")
+        child.expect_exact("[1] waiting for the model... 1 s")  # alive, and counting
+        released.set()
+        child.expect_exact("answer:")
+        child.expect_exact("Slow but sure.")
+        assert finish(child) == 0
