@@ -64,6 +64,37 @@ def create_client(
     )
 
 
+def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=print, show=None):
+    """One chat completion: request holds model, tools and limits; returns a ChatCompletion.
+
+    quirks is what this server turned out to need, kept by the caller for its whole run:
+    "empty content" once Ollama has rejected content null (it wants "" instead).
+    show: None for a plain request, else the reply is streamed to it (see complete()).
+    """
+    sent = with_empty_content(messages) if "empty content" in quirks else messages
+    try:
+        resp = complete(client, show, messages=sent, **request)
+    except Exception as error:
+        if "empty content" in quirks or "invalid message content type" not in str(error):
+            raise
+        quirks.add("empty content")
+        warn("note: this server rejects content null; sending \"\" instead from now on")
+        resp = complete(client, show, messages=with_empty_content(messages), **request)
+    served = getattr(resp, "model", None)
+    if served and not served.startswith(request["model"]) and "model" not in quirks:
+        quirks.add("model")  # llama.cpp and LM Studio in single-model mode ignore the name
+        warn(f"note: asked for model {request['model']}, the server answered as {served}")
+    return resp
+
+
+def with_empty_content(messages: list[dict]) -> list[dict]:
+    """The messages with assistant content null sent as "" (Ollama's /v1 rejects null)."""
+    return [
+        {**m, "content": ""} if m["role"] == "assistant" and m.get("content") is None else m
+        for m in messages
+    ]
+
+
 def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompletion
     """Ask the model once and return its ChatCompletion, streamed or not.
 
@@ -105,7 +136,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
             "(nothing of it was kept): try again, or raise --request-timeout"
         ) from None
     except openai.APIConnectionError:
-        raise AgentError(CUT_OFF.format(how="the connection broke")) from None
+        raise AgentError(BROKEN_STREAM.format(how="the connection broke")) from None
     except openai.APIStatusError:
         raise
     except openai.APIError as error:  # an {"error": ...} event in the stream
@@ -118,7 +149,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
         ) from None
     snapshot = state.current_completion_snapshot if started else None
     if not snapshot or not snapshot.choices or not snapshot.choices[0].finish_reason:
-        raise AgentError(CUT_OFF.format(how="the stream ended"))
+        raise AgentError(BROKEN_STREAM.format(how="the stream ended"))
     # A plain ChatCompletion, without the SDK's parsed-output fields, as a plain request gives.
     parsed = {"parsed": True, "tool_calls": {"__all__": {"function": {"parsed_arguments"}}}}
     data = snapshot.model_dump(exclude={"choices": {"__all__": {"message": parsed}}})
@@ -126,7 +157,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     return ChatCompletion.construct(**data)
 
 
-CUT_OFF = (
+BROKEN_STREAM = (
     "the reply was cut off: {how} before the server finished it, so nothing of it was kept "
     "and none of its tool calls ran; try again"
 )

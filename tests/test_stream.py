@@ -30,11 +30,11 @@ def every_shape() -> list:
     plain = reply(None, tool_call("read_file", {"path": "notes.txt"}, "p1"))  # no reasoning
     return [
         Streamed(write_and_read(1), "no_index"),  # Gemini: whole calls, no index
-        Streamed(write_and_read(2, None), "fragments_no_index"),  # old Ollama
+        Streamed(write_and_read(2, ""), "fragments_no_index"),  # old Ollama; content ""
         Streamed(write_and_read(3), "repeated"),  # id and name on every delta
         Streamed(plain, "usage_on_finish", keepalive=True),
         vllm,
-        reply("", reasoning="Nothing more to say."),  # an empty answer, "" as sent
+        reply("All done.", reasoning=""),
     ]
 
 
@@ -71,12 +71,12 @@ def test_a_streamed_run_equals_a_plain_run(tmp_path, name):
 
 
 def test_text_that_comes_with_tool_calls_and_thinking_are_shown_on_stderr(tmp_path):
-    proc, _, _ = session(tmp_path, "s", [write_and_read(1), reply("")], "--stream")
+    proc, _, _ = session(tmp_path, "s", [write_and_read(1), reply("Done.")], "--stream")
     shown = "[1] thinking: Two calls at once.\n[1] I will write it, then read it back.\n"
     assert shown in proc.stderr
     assert "[1] write_file(path='out1.txt'" in proc.stderr
     assert "\033" not in proc.stderr  # not a terminal: plain text, no colour, no waiting line
-    assert proc.stdout == "\n"
+    assert proc.stdout == "Done.\n"
 
 
 def plain_session() -> list:
