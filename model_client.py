@@ -123,8 +123,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
                 usage = chunk.usage or usage  # on the finish chunk, or in a chunk of its own
                 if not chunk.choices:  # the usage-only last chunk, a content-filter note
                     continue
-                if any(choice.delta.tool_calls for choice in chunk.choices):
-                    chunk = mended(chunk, calls)
+                mend(chunk, calls)
                 show_delta(chunk.choices[0].delta, show)
                 state.handle_chunk(chunk)
                 started = True
@@ -163,37 +162,33 @@ BROKEN_STREAM = (
 )
 
 
-def mended(chunk, calls: dict[int, list[dict]]):  # -> ChatCompletionChunk
-    """The chunk with its tool-call deltas as the SDK's accumulator needs them.
+def mend(chunk, calls: dict[int, list[dict]]) -> None:
+    """Set a chunk's tool-call deltas right, in place, for the SDK's accumulator.
 
     Every fragment gets the index of its call: one without an index continues the current call
     unless it brings a new id (Gemini sends whole calls that way, old Ollama fragments). An id or
-    name repeated on every fragment (some proxies) is sent on once, so it is not concatenated.
+    name repeated on every fragment (some proxies) is passed on once, so it is not concatenated.
+    calls holds each choice's calls so far ({"id", "name"} by index).
     """
-    from openai.types.chat import ChatCompletionChunk
-
-    data = chunk.to_dict()
-    for choice in data["choices"]:
-        known = calls.setdefault(choice.get("index", 0), [])
-        for fragment in choice["delta"].get("tool_calls") or []:
-            new_id = fragment.get("id")
-            if not isinstance(fragment.get("index"), int):
+    for choice in chunk.choices:
+        known = calls.setdefault(choice.index, [])
+        for fragment in choice.delta.tool_calls or []:
+            new_id = fragment.id
+            if not isinstance(getattr(fragment, "index", None), int):
                 starts = not known or (new_id and new_id != known[-1]["id"])
-                fragment["index"] = len(known) if starts else len(known) - 1
-            while len(known) <= fragment["index"]:
+                fragment.index = len(known) if starts else len(known) - 1
+            while len(known) <= fragment.index:
                 known.append({"id": None, "name": ""})
-            call = known[fragment["index"]]
+            call = known[fragment.index]
             if new_id and new_id == call["id"]:
-                del fragment["id"]
+                fragment.id = None  # None adds nothing to what the accumulator has
             elif new_id:
                 call["id"] = new_id
-            function = fragment.get("function") or {}
-            name = function.get("name")
+            name = fragment.function and fragment.function.name
             if name and name == call["name"]:
-                del function["name"]
+                fragment.function.name = None
             elif name:
                 call["name"] += name
-    return ChatCompletionChunk.construct(**data)
 
 
 def show_delta(delta, show) -> None:

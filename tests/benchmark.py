@@ -7,7 +7,12 @@
 (b) a 40-step scripted session, whole process, against a bare loop of
     client.chat.completions.create calls making the same requests (target: under 1.05x);
 (c) request sizes over 30 steps whose tool prints 1 MB each time, with and without --save
-    (target: every request under steps x 21 KB).
+    (target: every request under steps x 21 KB);
+(d) streaming latency: time from the stub sending a step's first reasoning chunk to that text
+    appearing on the agent's pseudo-terminal, over 20 steps (target: median under 50 ms);
+(e) a 40-step streamed session, whole process, against a bare SDK streaming loop making the
+    same requests and putting each reply together with ChatCompletionStreamState (target:
+    under 1.05x).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1.
 """
@@ -22,11 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
+import pexpect
 from fake_model import reply, tool_call
-from stub_server import StubServer
+from stub_server import Streamed, StubServer
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
@@ -38,6 +45,18 @@ from openai import OpenAI
 client = OpenAI(api_key=sys.argv[2], base_url=sys.argv[3])
 for request in json.load(open(sys.argv[1])):
     client.chat.completions.create(**request)
+"""
+
+BARE_STREAMING_LOOP = """
+import json, sys
+from openai import OpenAI
+from openai.lib.streaming.chat import ChatCompletionStreamState
+client = OpenAI(api_key=sys.argv[2], base_url=sys.argv[3])
+for request in json.load(open(sys.argv[1])):
+    state = ChatCompletionStreamState()
+    for chunk in client.chat.completions.create(**request):
+        state.handle_chunk(chunk)
+    state.current_completion_snapshot
 """
 
 
@@ -61,8 +80,11 @@ def tool_step(number: int, name: str, arguments: dict) -> dict:
     return reply(None, tool_call(name, arguments, f"call_{number}"), reasoning="")
 
 
-def session_script(steps: int) -> list[dict]:
+def session_script(steps: int, thinking: bool = False) -> list[dict]:
     tools = [tool_step(n, "read_file", {"path": "notes.txt"}) for n in range(1, steps)]
+    if thinking:  # a streamed step has thinking, text and a tool call, as DeepSeek sends them
+        for step in tools:
+            step.update(content="Reading the note.", reasoning_content="I read it again. " * 4)
     return [*tools, {"role": "assistant", "content": "done", "reasoning_content": ""}]
 
 
@@ -78,26 +100,61 @@ def startup(rounds: int) -> tuple[float, float]:
     return statistics.median(agent), statistics.median(floor)
 
 
-def session(rounds: int, steps: int = 40) -> tuple[float, float]:
+def session(rounds: int, steps: int = 40, stream: bool = False) -> tuple[float, float]:
+    """Medians of the agent's session and of the bare loop making the same requests."""
+    option = "--stream" if stream else "--no-stream"
+    loop = BARE_STREAMING_LOOP if stream else BARE_LOOP
     with tempfile.TemporaryDirectory() as work:
         Path(work, "notes.txt").write_text("a short note\n")
         requests_file = Path(work, "requests.json")
-        with StubServer(session_script(steps), api_key=KEY) as server:
-            timed([*command_for(steps, work)], env_for(server))
+        with StubServer(session_script(steps, stream), api_key=KEY) as server:
+            timed([*command_for(steps, work), option], env_for(server))
             recorded = [
-                {"model": r["model"], "messages": r["messages"], "tools": r["tools"]}
+                {k: v for k, v in r.items() if k in ("model", "messages", "tools", "stream")}
+                | ({"stream_options": r["stream_options"]} if stream else {})
                 for r in server.requests
             ]
         assert len(recorded) == steps and not server.problems, server.problems
+        assert all(r.get("stream", False) is stream for r in recorded)
         requests_file.write_text(json.dumps(recorded))
         agent, bare = [], []
         for _ in range(rounds):
-            with StubServer(session_script(steps), api_key=KEY) as server:
-                agent.append(timed(command_for(steps, work), env_for(server)))
-            with StubServer(session_script(steps), api_key=KEY) as server:
-                command = [sys.executable, "-c", BARE_LOOP, str(requests_file), KEY, server.url]
+            with StubServer(session_script(steps, stream), api_key=KEY) as server:
+                agent.append(timed([*command_for(steps, work), option], env_for(server)))
+            with StubServer(session_script(steps, stream), api_key=KEY) as server:
+                command = [sys.executable, "-c", loop, str(requests_file), KEY, server.url]
                 bare.append(timed(command, BASE_ENV))
     return statistics.median(agent), statistics.median(bare)
+
+
+def first_thinking_latency(steps: int = 20) -> list[float]:
+    """Seconds from the stub sending each step's first reasoning chunk to its text showing on
+    the agent's pseudo-terminal (the stub holds the rest of the stream until it has)."""
+    holds = [threading.Event() for _ in range(steps)]
+    script = []
+    for number, hold in enumerate(holds, 1):
+        step = tool_step(number, "read_file", {"path": "notes.txt"})
+        step["reasoning_content"] = f"Step {number:02} thinks about the note."
+        script.append(Streamed(step, hold=hold))
+    script.append({"role": "assistant", "content": "done", "reasoning_content": ""})
+    seen = []
+    with tempfile.TemporaryDirectory() as work, StubServer(script, api_key=KEY) as server:
+        Path(work, "notes.txt").write_text("a short note\n")
+        child = pexpect.spawn(
+            sys.executable,
+            [*command_for(steps + 1, work)[1:]],
+            env=env_for(server),
+            encoding="utf-8",
+            timeout=30,
+        )
+        for number, hold in enumerate(holds, 1):
+            child.expect_exact(f"Step {number:02} thin")  # the first piece of this step's thinking
+            seen.append(time.perf_counter())
+            hold.set()
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0 and not server.problems, server.problems
+    return [shown - sent for shown, sent in zip(seen, server.first_thinking_sent, strict=True)]
 
 
 def request_sizes(save: bool, steps: int = 30) -> tuple[list[int], float]:
@@ -141,6 +198,18 @@ def main() -> int:
         label = "with --save   " if save else "without --save"
         print(f"(c) {label}: {len(sizes)} requests, largest {max(sizes) / 1000:.0f} KB, worst "
               f"size / (step x 21 KB) {worst:.2f} (target < 1), run {seconds:.2f} s")  # fmt: skip
+    latencies = first_thinking_latency()
+    median = statistics.median(latencies)
+    ok &= median < 0.050
+    print(f"(d) first thinking on the terminal {median * 1000:.1f} ms median, "
+          f"{max(latencies) * 1000:.1f} ms at most, over {len(latencies)} steps "
+          "(target < 50 ms)")  # fmt: skip
+
+    agent, bare = session(rounds, stream=True)
+    ratio = agent / bare
+    ok &= ratio < 1.05
+    print(f"(e) 40-step streamed session {agent * 1000:.0f} ms vs bare SDK streaming loop "
+          f"{bare * 1000:.0f} ms: {ratio:.3f}x (target < 1.05x)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
