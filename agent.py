@@ -279,9 +279,12 @@ def run(
     save: str | os.PathLike | None = None,
     raw: bool = False,
     max_tokens: int | None = None,
+    history: list[dict] | None = None,
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
 
+    history is a conversation to go on with (--chat, --continue): the task and every new message
+    are appended to it, and to save; None or [] starts a new one, and a new save file.
     Returns text (the final reply, or None), stop_reason ("finished" or "max_steps"), steps,
     tool_calls, messages (exactly what the model was sent, plus its last reply) and usage.
     """
@@ -290,12 +293,14 @@ def run(
     model = model or config["model"]
     limit = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own limit
     set_up_tools(workdir, timeout, yes)
-    if save:
-        open(save, "w").close()  # a new transcript for each run
-    messages: list[dict] = []
+    messages: list[dict] = [] if history is None else history  # appended to, never rewritten
     totals = {"steps": 0, "tool_calls": 0}
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
+    if not messages:
+        if save:
+            open(save, "w").close()  # a new transcript for each new conversation
+        append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
+    answer_open_calls(messages, save)  # calls a cut-short turn (Ctrl-C, a crash) left open
     append(messages, {"role": "user", "content": task}, save)
 
     for step in range(1, max_steps + 1):
@@ -340,6 +345,22 @@ def append(messages: list[dict], message: dict, save: str | os.PathLike | None) 
             transcript.write(json.dumps(message) + "\n")
 
 
+def answer_open_calls(
+    messages: list[dict],
+    save: str | os.PathLike | None,
+    why: str = "interrupted: the agent stopped before this call had a result",
+) -> None:
+    """Answer each tool call a cut-short turn left without a tool message with an error, so the
+    conversation can go on (a server wants every call answered before the next message)."""
+    open_calls: list[dict] = []
+    for message in messages:  # each tool message answers the first call still open
+        is_answer = message["role"] == "tool"
+        open_calls = open_calls[1:] if is_answer else message.get("tool_calls") or []
+    for call in open_calls:
+        content = f"Error: {why} (it may have run in part, or not at all)"
+        append(messages, {"role": "tool", "tool_call_id": call["id"], "content": content}, save)
+
+
 def assistant_message(msg, step: int) -> dict:
     """The assistant message to send back, built field by field (see the README for why)."""
     message: dict = {"role": "assistant", "content": msg.content or None}
@@ -377,12 +398,16 @@ def note_reply(resp, usage: dict, raw: bool) -> None:
 
 
 def finish(reason: str, text: str | None, messages: list, totals: dict, usage: dict) -> dict:
-    say(
+    say(counts(totals, usage))
+    return {"text": text, "stop_reason": reason, "messages": messages, "usage": usage, **totals}
+
+
+def counts(totals: dict, usage: dict) -> str:
+    return (
         f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
         f"prompt tokens {usage['prompt_tokens']}, cache-hit tokens {usage['cache_hit_tokens']}, "
         f"completion tokens {usage['completion_tokens']}"
     )
-    return {"text": text, "stop_reason": reason, "messages": messages, "usage": usage, **totals}
 
 
 def say(text: str) -> None:
@@ -436,6 +461,8 @@ def main(argv: list[str] | None = None) -> int:
     """python agent.py [options] [TASK ...]; returns the exit code (see the README)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.save and args.continue_from:
+        parser.error("--continue FILE already saves to FILE (it never starts it anew): drop --save")
     if args.show:
         return show_transcript(args.show)
     # Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its command.
@@ -451,8 +478,10 @@ def main(argv: list[str] | None = None) -> int:
             client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {args.model or config['model']} at {config['base_url']}"
         say(f"{source}; workdir {args.workdir}")
-        task = " ".join(args.task) or (args.replay and client.task()) or task_from_stdin(parser)
-        result = run(
+        history = conversation_to_continue(args.continue_from) if args.continue_from else None
+        task = " ".join(args.task) or (args.replay and client.task())
+        task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
+        result = (chat if args.chat else run)(
             task,
             client,
             model=args.model or config["model"],
@@ -460,9 +489,10 @@ def main(argv: list[str] | None = None) -> int:
             workdir=args.workdir,
             timeout=args.timeout,
             yes=args.yes,
-            save=args.save,
+            save=args.save or args.continue_from,
             raw=args.raw,
             max_tokens=args.max_tokens or max_tokens_setting(config),
+            history=history,
         )
     except KeyboardInterrupt:
         say("interrupted")
@@ -527,7 +557,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="time limit for each shell command (default: %(default)g)",
     )
     parser.add_argument(
-        "--save", metavar="FILE", help="write the conversation to FILE (JSON Lines)"
+        "--save", metavar="FILE", help="write the conversation to FILE (JSON Lines), a new file"
+    )
+    parser.add_argument(
+        "--continue",
+        dest="continue_from",
+        metavar="FILE",
+        help="go on with the conversation saved in FILE: the task is added to it, and every new "
+        "message is appended to FILE, never truncated (so not together with --save)",
+    )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="after each answer take a follow-up in the same conversation: typed at a '> ' "
+        "prompt on a terminal, else the next line of stdin; an empty line or end of input ends",
     )
     parser.add_argument(
         "--replay",
@@ -562,15 +605,69 @@ def max_tokens_setting(config: dict) -> int | None:
     return int(text) if text else None
 
 
-def task_from_stdin(parser: argparse.ArgumentParser) -> str:
-    """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task."""
+def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
+    With --chat, none yet: chat() asks for the first message as for every other."""
+    if args.chat:
+        return ""
     if sys.stdin.isatty():
+        if args.continue_from:
+            parser.error("--continue needs the next message: give it as words, or add --chat")
         say(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
     return task
+
+
+def chat(task: str, client=None, *, history: list[dict] | None = None, **options) -> dict:
+    """--chat: turn after turn of run() in one conversation, until an empty message.
+
+    Each turn has its own step budget and totals line. Ctrl-C during a turn cancels that turn
+    only (run_shell has killed its command by then); Ctrl-C at the prompt ends the session.
+    Returns run()'s result for the whole session: the last answer and stop_reason of the last
+    turn that ran to its end, and the totals of those turns.
+    """
+    messages: list[dict] = [] if history is None else history
+    session = {"text": None, "stop_reason": "finished", "messages": messages, "steps": 0,
+               "tool_calls": 0, "turns": 0, "cancelled": 0}  # fmt: skip
+    session["usage"] = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
+    task = task or next_message()
+    while task:
+        try:
+            result = run(task, client, history=messages, **options)
+        except KeyboardInterrupt:
+            answer_open_calls(messages, options.get("save"), "interrupted by the user (Ctrl-C)")
+            say("interrupted: the turn was cancelled; type the next message, or Enter to end")
+            session["cancelled"] += 1
+        else:
+            sys.stdout.flush()  # each answer as its turn ends, also into a pipe
+            session.update(text=result["text"], stop_reason=result["stop_reason"])
+            session.update({key: session[key] + result[key] for key in ("steps", "tool_calls")})
+            session["usage"] = {k: n + result["usage"][k] for k, n in session["usage"].items()}
+            session["turns"] += 1
+        task = next_message()
+    cancelled = f" (and {session['cancelled']} cancelled)" if session["cancelled"] else ""
+    say(f"session: turns {session['turns']}{cancelled}, {counts(session, session['usage'])}")
+    return session
+
+
+def next_message() -> str:
+    """The next --chat message: typed after a "> " prompt on a terminal, else the next line of
+    stdin. An empty line or the end of input gives "", which ends the session."""
+    if sys.stdin.isatty():
+        sys.stderr.write("> ")
+        sys.stderr.flush()
+    return sys.stdin.readline().strip()
+
+
+def conversation_to_continue(path: str) -> list[dict]:
+    """--continue: the conversation saved in path, checked before anything is sent or added."""
+    messages = model_client.read_transcript(path)
+    model_client.check_conversation(messages, path)
+    say(f"continuing the conversation in {path} ({len(messages)} messages)")
+    return messages
 
 
 def describe_api_error(error: Exception, config: dict) -> str | None:
