@@ -470,6 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         if signal.getsignal(number) == signal.SIG_DFL:  # nohup's "ignore" stays
             signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
     try:
+        history = conversation_to_continue(args.continue_from) if args.continue_from else None
         config = model_client.load_config()
         if args.replay:
             client = model_client.ReplayClient(args.replay)
@@ -478,7 +479,6 @@ def main(argv: list[str] | None = None) -> int:
             client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {args.model or config['model']} at {config['base_url']}"
         say(f"{source}; workdir {args.workdir}")
-        history = conversation_to_continue(args.continue_from) if args.continue_from else None
         task = " ".join(args.task) or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
         result = (chat if args.chat else run)(

@@ -4,9 +4,10 @@ It shapes replies the way DeepSeek does (ids, finish_reason, usage with prompt_c
 reasoning_content) and checks every request it receives the way a strict provider would: the
 messages validate against the SDK's own ChatCompletionMessageParam, every assistant message with
 tool calls is followed by exactly one tool message per id, reasoning_content comes back wherever
-a reply carried it, each request extends the previous one (append only), and the Authorization
-header carries the expected key. What it finds wrong is kept in `problems` and answered with a
-400, as DeepSeek would answer it.
+a reply carried it, each request's messages begin with the previous request's messages byte for
+byte (append only, across --chat turns and --continue runs too: a prefix cache compares the bytes
+sent), and the Authorization header carries the expected key. What it finds wrong is kept in
+`problems` and answered with a 400, as DeepSeek would answer it.
 
 Used by the tests, tests/benchmark.py and tests/make_example.py; standard library plus pydantic
 (which the openai SDK brings).
@@ -37,7 +38,26 @@ class Fail:
     headers: dict = field(default_factory=dict)
 
 
-def check_messages(messages: object, served: list[dict], previous: list | None) -> list[str]:
+def sent_messages(body: bytes) -> bytes:
+    """The bytes of a request body's messages array, exactly as they were sent."""
+    text = body.decode("utf-8")
+    if '"messages":' not in text:
+        return b""
+    start = text.index('"messages":') + len('"messages":')
+    start += len(text[start:]) - len(text[start:].lstrip())
+    _, end = json.JSONDecoder().raw_decode(text, start)
+    return text[start:end].encode("utf-8")
+
+
+def extends(messages: bytes, previous: bytes) -> bool:
+    """Whether a messages array (as sent) begins with all of an earlier one's messages."""
+    if previous == b"[]":
+        return True
+    head = previous[:-1]  # without its closing "]"
+    return messages.startswith(head) and messages[len(head) : len(head) + 1] in (b",", b"]")
+
+
+def check_messages(messages: object, served: list[dict]) -> list[str]:
     """What a strict provider would reject in a request's messages (empty list: nothing)."""
     try:
         for message in MESSAGES.validate_python(messages):
@@ -45,8 +65,6 @@ def check_messages(messages: object, served: list[dict], previous: list | None) 
     except ValidationError as error:
         return [f"messages do not validate: {error}"]
     problems = []
-    if previous is not None and messages[: len(previous)] != previous:
-        problems.append("the history was rewritten: this request does not extend the last one")
     pending: list[str] = []
     assistants = 0
     for index, message in enumerate(messages):
@@ -97,6 +115,7 @@ class StubServer:
         self.api_key = api_key
         self.requests: list[dict] = []  # every request body that passed the key check
         self.sizes: list[int] = []  # every request body's size in bytes
+        self.sent: list[bytes] = []  # every request's messages array, byte for byte
         self.problems: list[str] = []
         self.headers: list[dict] = []  # every request's headers, names in lower case
         self.served: list[dict] = []  # the assistant messages served, in order
@@ -127,7 +146,13 @@ class StubServer:
             self.sizes.append(len(body))
             previous = self.requests[-1]["messages"] if self.requests else None
             self.requests.append(request)
-            problems = check_messages(request.get("messages"), self.served, previous)
+            problems = check_messages(request.get("messages"), self.served)
+            self.sent.append(sent_messages(body))
+            if len(self.sent) > 1 and not extends(self.sent[-1], self.sent[-2]):
+                problems.append(
+                    "the history was rewritten: this request's messages do not begin with the "
+                    "last request's messages byte for byte"
+                )
             if not request.get("model") or not request.get("tools"):
                 problems.append("the request has no model or no tools")
             if problems:

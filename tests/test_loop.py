@@ -172,7 +172,7 @@ def test_the_history_is_append_only_and_every_request_validates(workdir):
         assert later[: len(earlier)] == earlier
     served = [m for m in result["messages"] if m["role"] == "assistant"]
     for messages in [*client.sent, result["messages"]]:
-        assert check_messages(messages, served, None) == []
+        assert check_messages(messages, served) == []
 
 
 def test_missing_and_duplicate_tool_call_ids_get_ids_of_their_own(workdir):
