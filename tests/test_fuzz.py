@@ -66,7 +66,7 @@ def test_any_tool_calls_are_answered_safely(turns, thinking):
         assert os.listdir(sandbox) == ["work"]  # nothing written beside the workdir
         served = [m for m in result["messages"] if m["role"] == "assistant"]
         for messages in [*client.sent, result["messages"]]:
-            assert check_messages(messages, served) == []
+            assert check_messages(messages, served, None) == []
             json.dumps(messages, ensure_ascii=False).encode("utf-8")  # as the SDK sends it
         for turn, assistant in zip(turns, served, strict=False):
             sent_ids = [call["id"] for call in assistant["tool_calls"]]

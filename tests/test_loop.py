@@ -127,7 +127,7 @@ def test_a_cut_off_reply_is_warned_about(workdir, capsys, reason):
     out, err = capsys.readouterr()
     assert out == "Half an ans\n"
     assert f"cut off (finish_reason {reason})" in err
-    assert result["stop_reason"] == "finished"
+    assert result["stop_reason"] == "incomplete"
 
 
 @pytest.mark.parametrize("thinking", ["", "Let me write the file first."])
@@ -172,7 +172,7 @@ def test_the_history_is_append_only_and_every_request_validates(workdir):
         assert later[: len(earlier)] == earlier
     served = [m for m in result["messages"] if m["role"] == "assistant"]
     for messages in [*client.sent, result["messages"]]:
-        assert check_messages(messages, served) == []
+        assert check_messages(messages, served, None) == []
 
 
 def test_missing_and_duplicate_tool_call_ids_get_ids_of_their_own(workdir):
