@@ -619,7 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="time limit for each shell command (default: %(default)g)",
     )
     parser.add_argument(
-        "--save", metavar="FILE", help="write the conversation to FILE (JSON Lines), a new file"
+        "--save",
+        metavar="FILE",
+        help="write the conversation to FILE (JSON Lines), starting FILE anew",
     )
     parser.add_argument(
         "--continue",
@@ -632,7 +634,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--chat",
         action="store_true",
         help="after each answer take a follow-up in the same conversation: typed at a '> ' "
-        "prompt on a terminal, else the next line of stdin; an empty line or end of input ends",
+        "prompt on a terminal, else the next line of stdin; an empty line or end of input "
+        "ends the session",
     )
     parser.add_argument(
         "--replay",
@@ -695,6 +698,8 @@ def chat(task: str, client=None, *, history: list[dict] | None = None, **options
     session = {"text": None, "stop_reason": "finished", "messages": messages, "steps": 0,
                "tool_calls": 0, "turns": 0, "cancelled": 0}  # fmt: skip
     session["usage"] = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
+    if sys.stdin.isatty():
+        say("chat: type a message after each '> '; an empty line or Ctrl-D ends the session")
     task = task or next_message()
     while task:
         try:

@@ -148,6 +148,18 @@ def test_ctrl_c_in_the_middle_turn_of_a_terminal_chat_cancels_that_turn_only(wor
                                               "reasoning_content": ""}]  # fmt: skip
 
 
+def test_ctrl_c_at_the_chat_prompt_ends_the_session_with_130(workdir):
+    with StubServer([answer("first answer")]) as server:
+        child = spawn(server, "--workdir", str(workdir), "--chat", "first question")
+        child.expect_exact("an empty line or Ctrl-D ends the session")
+        child.expect_exact("first answer")
+        child.expect_exact("> ")
+        child.sendintr()
+        child.expect_exact("interrupted")
+        assert finish(child) == 130
+    assert len(server.requests) == 1
+
+
 def test_the_stub_sees_a_rewritten_history_that_dict_equality_would_miss():
     first = [{"role": "user", "content": "hi"}]
     reordered = [{"content": "hi", "role": "user"}, {"role": "user", "content": "again"}]
@@ -232,6 +244,35 @@ def test_continue_answers_the_calls_a_cut_short_turn_left_open(workdir, tmp_path
     assert sent[4]["role"] == "tool" and sent[4]["tool_call_id"] == "c2"
     assert sent[4]["content"].startswith("Error: interrupted: the agent stopped")
     assert sent[5] == {"role": "user", "content": "what happened?"}
+    assert transcript.read_bytes().startswith(saved)
+    assert lines_of(transcript)[:-1] == sent
+
+
+def test_a_run_interrupted_during_a_command_continues_with_its_call_answered(workdir, tmp_path):
+    transcript = tmp_path / "run.jsonl"
+    command = "sleep 60 & echo $! > child.pid; wait"
+    script = [reply(None, call("run_shell", {"command": command}, "c1"), reasoning=""),
+              answer("It was interrupted.")]  # fmt: skip
+    with StubServer(script) as server:  # one server: it checks the prefix across both runs
+        child = spawn(server, "--workdir", str(workdir), "--yes", "--save", str(transcript), "go")
+        pid_file = workdir / "child.pid"
+        deadline = time.monotonic() + 20
+        while not (pid_file.exists() and pid_file.read_text().strip()):
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        child.sendintr()
+        assert finish(child) == 130  # without --chat, Ctrl-C ends the run as always
+        saved = transcript.read_bytes()
+        proc = run_agent(
+            "--workdir", str(workdir), "--continue", str(transcript), "what happened?",
+            env=stub_env(server),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "It was interrupted.\n"
+    assert server.problems == []
+    sent = server.requests[-1]["messages"]
+    assert [m["role"] for m in sent] == ["system", "user", "assistant", "tool", "user"]
+    assert sent[3]["tool_call_id"] == "c1" and "interrupted" in sent[3]["content"]
     assert transcript.read_bytes().startswith(saved)
     assert lines_of(transcript)[:-1] == sent
 
