@@ -543,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"{source}; workdir {args.workdir}")
         task = " ".join(args.task) or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
-        result = (chat if args.chat else run)(
+        result = (chat if args.chat else run)(  # chat() runs run() turn after turn
             task,
             client,
             model=args.model or config["model"],

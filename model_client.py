@@ -131,14 +131,14 @@ def check_conversation(messages: list[dict], path: str | os.PathLike) -> None:
             "end (add the newline if that line is complete)"
         )
     open_calls: list = []
-    for number, message in zip(lines, messages, strict=False):
+    for index, (number, message) in enumerate(zip(lines, messages, strict=False)):
         role, answers = message["role"], message.get("tool_call_id")
         calls = message.get("tool_calls") or [] if role == "assistant" else []
         listed = calls if isinstance(calls, list) else [None]  # not a list: no ids at all
         ids = [call.get("id") if isinstance(call, dict) else None for call in listed]
         if role not in ROLES:
             problem = f"has the role {role!r}; a transcript has only {', '.join(ROLES)}"
-        elif role == "system" and number != lines[0]:
+        elif role == "system" and index > 0:
             problem = "is a system message, but only the first message may be one"
         elif role == "tool" and not open_calls:
             problem = f"is a tool message answering {answers!r}, but no tool call waits for one"

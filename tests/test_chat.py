@@ -9,6 +9,7 @@ import os
 import selectors
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -72,8 +73,8 @@ def test_piped_chat_answers_each_turn_as_it_ends_with_a_fresh_step_budget(workdi
             proc.stdin.write(b"second question\n")
             proc.stdin.flush()
             assert read_line(proc.stdout) == "second answer\n"
-            proc.stdin.write(b"third question\n")
-            proc.stdin.close()  # the end of input ends the session after this turn
+            proc.stdin.write(b"third question\n\nnot sent\n")  # an empty line ends it
+            proc.stdin.flush()
             assert read_line(proc.stdout) == "third answer\n"
             assert proc.wait(20) == 0
         finally:
@@ -90,18 +91,6 @@ def test_piped_chat_answers_each_turn_as_it_ends_with_a_fresh_step_budget(workdi
     assert [s.split(",")[0] for s in summaries] == ["steps 1", "steps 2", "steps 2"]
     assert err.splitlines()[-1].startswith("session: turns 3, steps 5, tool calls 2, ")
     assert "completion tokens 50" in err.splitlines()[-1]
-
-
-def test_an_empty_line_ends_a_piped_chat(workdir):
-    with StubServer([answer("only answer")]) as server:
-        proc = run_agent(
-            "--workdir", str(workdir), "--chat", env=stub_env(server),
-            stdin="the first message\n\nnot sent\n",
-        )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "only answer\n"
-    assert [len(r["messages"]) for r in server.requests] == [2]
-    assert server.requests[0]["messages"][1]["content"] == "the first message"
 
 
 def test_ctrl_c_in_the_middle_turn_of_a_terminal_chat_cancels_that_turn_only(workdir, tmp_path):
@@ -146,6 +135,36 @@ def test_ctrl_c_in_the_middle_turn_of_a_terminal_chat_cancels_that_turn_only(wor
     assert third[-1]["content"] == "third question"
     assert lines_of(transcript) == [*third, {"role": "assistant", "content": "third answer",
                                               "reasoning_content": ""}]  # fmt: skip
+
+
+def test_ctrl_c_while_the_model_is_asked_cancels_the_turn_and_the_prompt_comes_back(workdir):
+    released = threading.Event()
+
+    def slow_reply(request):
+        released.wait(20)  # the model is thinking...
+        return {"role": "assistant", "content": "too late"}
+
+    with StubServer([slow_reply, answer("second answer")]) as server:
+        child = spawn(server, "--workdir", str(workdir), "--chat", "think hard")
+        child.expect_exact("[1] waiting for the model...")
+        deadline = time.monotonic() + 20
+        while not server.requests:
+            assert time.monotonic() < deadline, "the request never arrived"
+            time.sleep(0.05)
+        child.sendintr()
+        child.expect_exact("interrupted: the turn was cancelled")
+        child.expect_exact("> ")
+        released.set()
+        child.sendline("never mind")
+        child.expect_exact("second answer")
+        child.expect_exact("> ")
+        child.sendeof()
+        assert finish(child) == 0
+    assert server.problems == []
+    assert [(m["role"], m["content"]) for m in server.requests[-1]["messages"][1:]] == [
+        ("user", "think hard"),
+        ("user", "never mind"),
+    ]  # nothing of the cancelled request's reply is kept
 
 
 def test_ctrl_c_at_the_chat_prompt_ends_the_session_with_130(workdir):
