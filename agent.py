@@ -281,9 +281,12 @@ def run(
     raw: bool = False,
     max_tokens: int | None = None,
     stream: bool = False,
+    history: list[dict] | None = None,
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
 
+    history is a conversation to go on with (--chat, --continue): the task and every new message
+    are appended to it, and to save; None or [] starts a new one, and a new save file.
     Returns text (the final answer, or None), stop_reason ("finished"; "incomplete": the answer
     was cut off or empty; "max_steps"), steps, tool_calls, messages (exactly what the model was
     sent, plus its last reply) and usage.
@@ -296,12 +299,14 @@ def run(
         request["max_tokens"] = max_tokens
     server_quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
     set_up_tools(workdir, timeout, yes)
-    if save:
-        open(save, "w").close()  # a new transcript for each run
-    messages: list[dict] = []
+    messages: list[dict] = [] if history is None else history  # appended to, never rewritten
     totals = {"steps": 0, "tool_calls": 0}
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
+    if not messages:
+        if save:
+            open(save, "w").close()  # a new transcript for each new conversation
+        append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
+    answer_open_calls(messages, save)  # calls a cut-short turn (Ctrl-C, a crash) left open
     append(messages, {"role": "user", "content": task}, save)
 
     for step in range(1, max_steps + 1):
@@ -346,6 +351,22 @@ def append(messages: list[dict], message: dict, save: str | os.PathLike | None) 
     if save:
         with open(save, "a", encoding="utf-8") as transcript:
             transcript.write(json.dumps(message) + "\n")
+
+
+def answer_open_calls(
+    messages: list[dict],
+    save: str | os.PathLike | None,
+    why: str = "interrupted: the agent stopped before this call had a result",
+) -> None:
+    """Answer each tool call a cut-short turn left without a tool message with an error, so the
+    conversation can go on (a server wants every call answered before the next message)."""
+    open_calls: list[dict] = []
+    for message in messages:  # each tool message answers the first call still open
+        is_answer = message["role"] == "tool"
+        open_calls = open_calls[1:] if is_answer else message.get("tool_calls") or []
+    for call in open_calls:
+        content = f"Error: {why} (it may have run in part, or not at all)"
+        append(messages, {"role": "tool", "tool_call_id": call["id"], "content": content}, save)
 
 
 def assistant_message(msg, finish_reason: str | None, position: int) -> tuple[dict, dict]:
@@ -443,12 +464,16 @@ def note_reply(resp, usage: dict, raw: bool) -> None:
 
 
 def finish(reason: str, text: str | None, messages: list, totals: dict, usage: dict) -> dict:
-    say(
+    say(counts(totals, usage))
+    return {"text": text, "stop_reason": reason, "messages": messages, "usage": usage, **totals}
+
+
+def counts(totals: dict, usage: dict) -> str:
+    return (
         f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
         f"prompt tokens {usage['prompt_tokens']}, cache-hit tokens {usage['cache_hit_tokens']}, "
         f"completion tokens {usage['completion_tokens']}"
     )
-    return {"text": text, "stop_reason": reason, "messages": messages, "usage": usage, **totals}
 
 
 def say(text: str) -> None:
@@ -568,6 +593,8 @@ def main(argv: list[str] | None = None) -> int:
     """python agent.py [options] [TASK ...]; returns the exit code (see the README)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.save and args.continue_from:
+        parser.error("--continue FILE already saves to FILE (it never starts it anew): drop --save")
     if args.show:
         return show_transcript(args.show)
     # Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its command.
@@ -576,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
     try:
         config = model_client.load_config()
+        history = conversation_to_continue(args.continue_from) if args.continue_from else None
         if args.replay:
             client = model_client.ReplayClient(args.replay)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
@@ -583,8 +611,9 @@ def main(argv: list[str] | None = None) -> int:
             client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {args.model or config['model']} at {config['base_url']}"
         say(f"{source}; workdir {args.workdir}")
-        task = " ".join(args.task) or (args.replay and client.task()) or task_from_stdin(parser)
-        result = run(
+        task = " ".join(args.task) or (args.replay and client.task())
+        task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
+        result = (chat if args.chat else run)(  # chat() runs run() turn after turn
             task,
             client,
             model=args.model or config["model"],
@@ -592,10 +621,11 @@ def main(argv: list[str] | None = None) -> int:
             workdir=args.workdir,
             timeout=args.timeout,
             yes=args.yes,
-            save=args.save,
+            save=args.save or args.continue_from,
             raw=args.raw,
             max_tokens=args.max_tokens or max_tokens_setting(config),
             stream=streaming(args),
+            history=history,
         )
     except KeyboardInterrupt:
         say("interrupted")
@@ -666,7 +696,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="time limit for each shell command (default: %(default)g)",
     )
     parser.add_argument(
-        "--save", metavar="FILE", help="write the conversation to FILE (JSON Lines)"
+        "--save",
+        metavar="FILE",
+        help="write the conversation to FILE (JSON Lines), starting FILE anew",
+    )
+    parser.add_argument(
+        "--continue",
+        dest="continue_from",
+        metavar="FILE",
+        help="go on with the conversation saved in FILE: the task is added to it, and every new "
+        "message is appended to FILE, never truncated (so not together with --save)",
+    )
+    parser.add_argument(
+        "--chat",
+        action="store_true",
+        help="after each answer take a follow-up in the same conversation: typed at a '> ' "
+        "prompt on a terminal, else the next line of stdin; an empty line or end of input "
+        "ends the session",
     )
     parser.add_argument(
         "--replay",
@@ -708,15 +754,74 @@ def max_tokens_setting(config: dict) -> int | None:
     return int(text) if text else None
 
 
-def task_from_stdin(parser: argparse.ArgumentParser) -> str:
-    """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task."""
+def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
+    With --chat, none yet: chat() asks for the first message as for every other."""
+    if args.chat:
+        return ""
     if sys.stdin.isatty():
+        if args.continue_from:
+            parser.error("--continue needs the next message: give it as words, or add --chat")
         say(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
     return task
+
+
+def chat(task: str, client=None, *, history: list[dict] | None = None, **options) -> dict:
+    """--chat: turn after turn of run() in one conversation, until an empty message.
+
+    Each turn has its own step budget and totals line. Ctrl-C during a turn cancels that turn
+    only (run_shell has killed its command by then); Ctrl-C at the prompt ends the session.
+    Returns run()'s result for the whole session: the last answer and stop_reason of the last
+    turn that ran to its end, and the totals of those turns.
+    """
+    messages: list[dict] = [] if history is None else history
+    session = {"text": None, "stop_reason": "finished", "messages": messages, "steps": 0,
+               "tool_calls": 0, "turns": 0, "cancelled": 0}  # fmt: skip
+    session["usage"] = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
+    if sys.stdin.isatty():
+        say("chat: type a message after each '> '; an empty line or Ctrl-D ends the session")
+    task = task or next_message()
+    while task:
+        try:
+            result = run(task, client, history=messages, **options)
+        except KeyboardInterrupt:
+            answer_open_calls(messages, options.get("save"), "interrupted by the user (Ctrl-C)")
+            say("interrupted: the turn was cancelled; type the next message, or Enter to end")
+            session["cancelled"] += 1
+        else:
+            sys.stdout.flush()  # each answer as its turn ends, also into a pipe
+            session.update(text=result["text"], stop_reason=result["stop_reason"])
+            session.update({key: session[key] + result[key] for key in ("steps", "tool_calls")})
+            session["usage"] = {k: n + result["usage"][k] for k, n in session["usage"].items()}
+            session["turns"] += 1
+        task = next_message()
+    cancelled = f" (and {session['cancelled']} cancelled)" if session["cancelled"] else ""
+    say(f"session: turns {session['turns']}{cancelled}, {counts(session, session['usage'])}")
+    return session
+
+
+def next_message() -> str:
+    """The next --chat message: typed after a "> " prompt on a terminal, else the next line of
+    stdin. An empty line or the end of input gives "", which ends the session."""
+    if sys.stdin.isatty():
+        sys.stderr.write("> ")
+        sys.stderr.flush()
+    return sys.stdin.readline().strip()
+
+
+def conversation_to_continue(path: str) -> list[dict]:
+    """--continue: the conversation saved in path, checked before anything is sent or added."""
+    try:
+        messages = model_client.read_transcript(path)
+    except UnicodeDecodeError as error:
+        raise model_client.AgentError(f"{path} is not UTF-8 text: {error}") from None
+    model_client.check_conversation(messages, path)
+    say(f"continuing the conversation in {path} ({len(messages)} messages)")
+    return messages
 
 
 def describe_api_error(error: Exception, config: dict) -> str | None:

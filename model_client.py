@@ -218,6 +218,52 @@ def read_transcript(path: str | os.PathLike) -> list[dict]:
     return messages
 
 
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def check_conversation(messages: list[dict], path: str | os.PathLike) -> None:
+    """Raise AgentError, naming the line, at the first message a server would reject for where
+    it stands: an unknown role, a system message after the first, a tool message that does not
+    answer the next open call, a message before the open calls are answered. Calls still open at
+    the end are allowed: that turn was cut short (Ctrl-C, a crash), and continuing answers them.
+    """
+    with open(path, "rb") as file:
+        data = file.read()
+    # One message per non-blank line, as read_transcript reads them.
+    lines = [n for n, line in enumerate(data.split(b"\n"), 1) if line.strip()]
+    if not messages:
+        raise AgentError(f"{path} has no messages, so there is no conversation to continue")
+    if not data.rstrip(b" \t").endswith(b"\n"):  # appending would join two lines into one
+        raise AgentError(
+            f"{path} line {lines[-1]} has no line end, so the file looks cut off: check its "
+            "end (add the newline if that line is complete)"
+        )
+    open_calls: list = []
+    for index, (number, message) in enumerate(zip(lines, messages, strict=False)):
+        role, answers = message["role"], message.get("tool_call_id")
+        calls = message.get("tool_calls") or [] if role == "assistant" else []
+        listed = calls if isinstance(calls, list) else [None]  # not a list: no ids at all
+        ids = [call.get("id") if isinstance(call, dict) else None for call in listed]
+        if role not in ROLES:
+            problem = f"has the role {role!r}; a transcript has only {', '.join(ROLES)}"
+        elif role == "system" and index > 0:
+            problem = "is a system message, but only the first message may be one"
+        elif role == "tool" and not open_calls:
+            problem = f"is a tool message answering {answers!r}, but no tool call waits for one"
+        elif role == "tool" and answers != open_calls[0]:
+            problem = f"is a tool message answering {answers!r}, but call {open_calls[0]!r} is next"
+        elif role != "tool" and open_calls:
+            problem = f"is a {role} message, but the tool calls {open_calls} have no answer yet"
+        elif not all(isinstance(call_id, str) and call_id for call_id in ids):
+            problem = "has tool calls without an id each"
+        elif len(set(ids)) < len(ids):
+            problem = f"has the same tool call id twice: {ids}"
+        else:
+            open_calls = open_calls[1:] if role == "tool" else ids
+            continue
+        raise AgentError(f"{path} line {number} {problem}")
+
+
 class ReplayClient:
     """Stands in for the OpenAI client: serves a transcript's assistant messages, in order.
 

@@ -13,6 +13,8 @@
 (e) a 40-step streamed session, whole process, against a bare SDK streaming loop making the
     same requests and putting each reply together with ChatCompletionStreamState (target:
     under 1.05x).
+(f) a 10-turn --chat session driven on stdin, each turn a tool call and an answer: every request
+    after the first begins with the whole previous request, byte for byte (target: 100%).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1.
 """
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import pexpect
 from fake_model import reply, tool_call
-from stub_server import Streamed, StubServer
+from stub_server import Streamed, StubServer, extends
 
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
@@ -170,6 +172,24 @@ def request_sizes(save: bool, steps: int = 30) -> tuple[list[int], float]:
     return server.sizes, seconds
 
 
+def chat_prefixes(turns: int = 10) -> tuple[int, int, float]:
+    """(requests, how many began with the whole previous request, share of the bytes sent that
+    were such a prefix) for a --chat session of turns turns."""
+    script = []
+    for turn in range(1, turns + 1):
+        script += [tool_step(turn, "read_file", {"path": "notes.txt"}), reply(f"answer {turn}")]
+    follow_ups = "".join(f"question {turn}\n" for turn in range(2, turns + 1))
+    with tempfile.TemporaryDirectory() as work, StubServer(script, api_key=KEY) as server:
+        Path(work, "notes.txt").write_text("a short note\n")
+        command = [sys.executable, AGENT, "--workdir", work, "--chat", "question 1"]
+        subprocess.run(command, input=follow_ups.encode(), env=env_for(server),
+                       capture_output=True, check=True)  # fmt: skip
+        assert len(server.sent) == 2 * turns and not server.problems, server.problems
+    pairs = list(zip(server.sent, server.sent[1:], strict=False))
+    shared = [len(earlier) for earlier, later in pairs if extends(later, earlier)]
+    return len(server.sent), len(shared), sum(shared) / sum(len(later) for _, later in pairs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
@@ -210,6 +230,12 @@ def main() -> int:
     ok &= ratio < 1.05
     print(f"(e) 40-step streamed session {agent * 1000:.0f} ms vs bare SDK streaming loop "
           f"{bare * 1000:.0f} ms: {ratio:.3f}x (target < 1.05x)")  # fmt: skip
+
+    requests, shared, share = chat_prefixes()
+    ok &= shared == requests - 1
+    print(f"(f) 10-turn --chat session: {requests} requests, {shared} of {requests - 1} after the "
+          f"first begin with the whole previous one ({shared / (requests - 1):.0%}, target "
+          f"100%); {share:.0%} of the bytes sent were that prefix")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 

@@ -4,9 +4,10 @@ It shapes replies the way DeepSeek does (ids, finish_reason, usage with prompt_c
 reasoning_content) and checks every request it receives the way a strict provider would: the
 messages validate against the SDK's own ChatCompletionMessageParam, every assistant message with
 tool calls is followed by exactly one tool message per id, reasoning_content comes back wherever
-a reply carried it, each request extends the previous one (append only), and the Authorization
-header carries the expected key. What it finds wrong is kept in `problems` and answered with a
-400, as DeepSeek would answer it.
+a reply carried it, each request's messages begin with the previous request's messages byte for
+byte (append only, across --chat turns and --continue runs too: a prefix cache compares the bytes
+sent), and the Authorization header carries the expected key. What it finds wrong is kept in
+`problems` and answered with a 400, as DeepSeek would answer it.
 
 A request with `"stream": true` gets the same reply as server-sent events, shaped like
 DeepSeek's stream (reasoning deltas, content deltas, tool-call deltas split over several chunks,
@@ -68,6 +69,25 @@ class Streamed:
     keepalive: bool = False
     end: str = "done"
     stall: threading.Event = field(default_factory=threading.Event)
+
+
+def sent_messages(body: bytes) -> bytes:
+    """The bytes of a request body's messages array, exactly as they were sent."""
+    text = body.decode("utf-8")
+    if '"messages":' not in text:
+        return b""
+    start = text.index('"messages":') + len('"messages":')
+    start += len(text[start:]) - len(text[start:].lstrip())
+    _, end = json.JSONDecoder().raw_decode(text, start)
+    return text[start:end].encode("utf-8")
+
+
+def extends(messages: bytes, previous: bytes) -> bool:
+    """Whether a messages array (as sent) begins with all of an earlier one's messages."""
+    if previous == b"[]":
+        return True
+    head = previous[:-1]  # without its closing "]"
+    return messages.startswith(head) and messages[len(head) : len(head) + 1] in (b",", b"]")
 
 
 def check_messages(messages: object, served: list[dict], previous: list | None) -> list[str]:
@@ -158,6 +178,7 @@ class StubServer:
         self.api_key = api_key
         self.requests: list[dict] = []  # every request body that passed the key check
         self.sizes: list[int] = []  # every request body's size in bytes
+        self.sent: list[bytes] = []  # every request's messages array, byte for byte
         self.problems: list[str] = []
         self.headers: list[dict] = []  # every request's headers, names in lower case
         self.served: list[dict] = []  # the assistant messages served, in order
@@ -196,6 +217,12 @@ class StubServer:
             previous = self.requests[-1]["messages"] if self.requests else None
             self.requests.append(request)
             problems = check_messages(request.get("messages"), self.served, previous)
+            self.sent.append(sent_messages(body))
+            if len(self.sent) > 1 and not extends(self.sent[-1], self.sent[-2]):
+                problems.append(
+                    "this request's messages do not begin with the last request's messages byte "
+                    "for byte (a prefix cache would miss)"
+                )
             if not request.get("model") or not request.get("tools"):
                 problems.append("the request has no model or no tools")
             if self.server == "llamacpp":
@@ -214,6 +241,7 @@ class StubServer:
             ):
                 self.rejected.append("content null")
                 self.requests.pop()  # refused as Ollama does: the next request is not its sequel
+                self.sent.pop()
                 return 400, {}, error_body("invalid message content type: <nil>", "api_error")
             if not self.script:
                 self.problems.append(f"request {len(self.requests)} came after the script's end")

@@ -301,7 +301,7 @@ def test_help_lists_every_option_and_does_not_import_openai():
     proc = run_agent("--help", env=clean_env(PYTHONPROFILEIMPORTTIME="1"))
     assert proc.returncode == 0
     for option in ("--workdir", "--model", "--max-steps", "--yes", "--timeout", "--save",
-                   "--replay", "--raw", "--show"):  # fmt: skip
+                   "--replay", "--raw", "--show", "--chat", "--continue"):  # fmt: skip
         assert option in proc.stdout
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "json" in imported  # the import log works
