@@ -299,15 +299,9 @@ def run(
         request["max_tokens"] = max_tokens
     server_quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
     set_up_tools(workdir, timeout, yes)
-    messages: list[dict] = [] if history is None else history  # appended to, never rewritten
+    messages = start_conversation(history, task, save)  # appended to, never rewritten
     totals = {"steps": 0, "tool_calls": 0}
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    if not messages:
-        if save:
-            open(save, "w").close()  # a new transcript for each new conversation
-        append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
-    answer_open_calls(messages, save)  # calls a cut-short turn (Ctrl-C, a crash) left open
-    append(messages, {"role": "user", "content": task}, save)
 
     for step in range(1, max_steps + 1):
         with waiting_for_model(step, stream) as show:  # show: None, or the streaming display
@@ -336,6 +330,19 @@ def run(
 
 
 # --- What the loop calls -----------------------------------------------------------------
+
+
+def start_conversation(history: list[dict] | None, task: str, save) -> list[dict]:
+    """The history to go on with (a new one: the system prompt and a new transcript), with
+    the task appended as a user message."""
+    messages: list[dict] = [] if history is None else history
+    if not messages:
+        if save:
+            open(save, "w").close()  # a new transcript for each new conversation
+        append(messages, {"role": "system", "content": SYSTEM_PROMPT}, save)
+    answer_open_calls(messages, save)  # calls a cut-short turn (Ctrl-C, a crash) left open
+    append(messages, {"role": "user", "content": task}, save)
+    return messages
 
 
 def set_up_tools(folder: str | os.PathLike, timeout: float, yes: bool) -> None:
