@@ -573,7 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=WORKDIR,
         help="folder the tools act in (default: %(default)s)",
     )
-    parser.add_argument("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
+    parser.add_argument(
+        "--model", type=model_name, help="model name (default: LLM_MODEL, else deepseek-flash)"
+    )
     parser.add_argument(
         "--max-steps",
         type=positive(int),
@@ -615,6 +617,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--raw", action="store_true", help="print every raw response on stderr")
     parser.add_argument("--show", metavar="FILE", help="print a saved transcript as a timeline")
     return parser
+
+
+def model_name(text: str) -> str:
+    problem = model_client.odd_character(text, invisible_only=True)
+    if problem:
+        raise argparse.ArgumentTypeError(f"the name contains {problem}")
+    return text
 
 
 def positive(kind):

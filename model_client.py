@@ -129,6 +129,9 @@ def check_settings(config: dict[str, str]) -> None:
                 f"{name} contains {problem}: paste it again without quotes or spaces "
                 f"({setting_origin(name)})"
             )
+    problem = odd_character(config["model"], invisible_only=True)
+    if problem:  # it could not even be sent (a surrogate), or it hides what it is
+        raise AgentError(f"LLM_MODEL contains {problem}: write the name the server knows")
     url = config["base_url"]
     if not url.startswith(("http://", "https://")):
         raise AgentError(f"LLM_BASE_URL must start with http:// or https://, not {url!r}")
@@ -148,11 +151,18 @@ def check_settings(config: dict[str, str]) -> None:
             )
 
 
-def odd_character(text: str, ascii_only: bool) -> str | None:
+def odd_character(text: str, ascii_only: bool = False, invisible_only: bool = False) -> str | None:
     """The first space, quote or invisible character in a setting, described, or None."""
     for position, char in enumerate(text, 1):
-        odd = char.isspace() or not char.isprintable() or char in "\"'`"
-        odd = odd or unicodedata.category(char) in ("Pi", "Pf") or (ascii_only and char > "~")
+        odd = not char.isprintable() and char != " "
+        if not invisible_only:
+            odd = (
+                odd
+                or char.isspace()
+                or char in "\"'`"
+                or unicodedata.category(char) in ("Pi", "Pf")
+            )
+            odd = odd or (ascii_only and char > "~")
         if odd:
             name = unicodedata.name(char, "a control character")
             return f"U+{ord(char):04X} ({name.lower()}) at character {position}"
@@ -238,8 +248,10 @@ def message_problem(message: object) -> str | None:
         if not isinstance(message.get(field), str):
             return f"is a {role} message without a string {field!r}"
     calls = message.get("tool_calls")
-    if role != "assistant" or calls is None:
+    if calls is None:
         return None
+    if role != "assistant":
+        return f"is a {role} message with 'tool_calls'; only assistant messages have them"
     if not isinstance(calls, list):
         return f"has 'tool_calls' that are a JSON {json_kind(calls)}, not an array"
     for index, call in enumerate(calls, 1):
