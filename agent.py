@@ -291,13 +291,17 @@ def run(
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
 
-    Returns text (the final reply, or None), stop_reason ("finished" or "max_steps"), steps,
-    tool_calls, messages (exactly what the model was sent, plus its last reply) and usage.
+    Returns text (the final answer, or None), stop_reason ("finished"; "incomplete": the answer
+    was cut off or empty; "max_steps"), steps, tool_calls, messages (exactly what the model was
+    sent, plus its last reply) and usage.
     """
     config = model_client.load_config()
     client = client or model_client.create_client(config)
     model = model or config["model"]
-    limit = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own limit
+    request = {"model": model, "tools": TOOLS}
+    if max_tokens:  # unset, the server's own limit applies
+        request["max_tokens"] = max_tokens
+    server_quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
     set_up_tools(workdir, timeout, yes)
     if save:
         open(save, "w").close()  # a new transcript for each run
@@ -309,20 +313,20 @@ def run(
 
     for step in range(1, max_steps + 1):
         with waiting_for_model(step):
-            resp = client.chat.completions.create(
-                model=model, messages=messages, tools=TOOLS, **limit
-            )
+            resp = model_client.ask(client, messages, request, quirks=server_quirks, warn=say)
         note_reply(resp, usage, raw)
         msg = resp.choices[0].message
+        finish_reason = resp.choices[0].finish_reason  # "length": cut off, its calls won't run
         totals["steps"] = step
-        assistant = assistant_message(msg, step)
+        assistant, not_run = assistant_message(msg, finish_reason, len(messages))
         append(messages, assistant, save)  # append only: earlier messages never change
         if "tool_calls" not in assistant:
-            print(msg.content or "")
-            return finish("finished", msg.content, messages, totals, usage)
+            text, complete = final_answer(msg, finish_reason)
+            print(text, end="\n" if text else "")  # an empty answer leaves stdout empty
+            return finish("finished" if complete else "incomplete", text, messages, totals, usage)
         for call in assistant["tool_calls"]:  # one tool message per call, in order
             show_call(step, call)
-            result = execute_tool_call(call)
+            result = not_run.get(call["id"]) or execute_tool_call(call)
             say(f"      -> {one_line(result)}")
             append(messages, {"role": "tool", "tool_call_id": call["id"], "content": result}, save)
             totals["tool_calls"] += 1
@@ -349,21 +353,79 @@ def append(messages: list[dict], message: dict, save: str | os.PathLike | None) 
             transcript.write(json.dumps(message) + "\n")
 
 
-def assistant_message(msg, step: int) -> dict:
-    """The assistant message to send back, built field by field (see the README for why)."""
+def assistant_message(msg, finish_reason: str | None, position: int) -> tuple[dict, dict]:
+    """The assistant message to send back, built field by field (see the README for why),
+    and the calls that must not run: {call id: the tool message that says why}."""
     message: dict = {"role": "assistant", "content": msg.content or None}
+    not_run: dict[str, str] = {}
     if msg.tool_calls:
         message["tool_calls"] = []
         for index, call in enumerate(msg.tool_calls):
             # Some servers send no id, or one id twice; every call needs its own for its answer.
+            # Nine letters and digits: llama.cpp's Mistral templates accept no other shape.
             taken = {c["id"] for c in message["tool_calls"]}
-            call_id = call.id if call.id and call.id not in taken else f"call_{step}_{index}"
-            function = {"name": call.function.name, "arguments": call.function.arguments or ""}
+            call_id = call.id if call.id and call.id not in taken else f"c{position:05}{index:03}"
+            # Servers parse the history's arguments: anything but a JSON object is rejected
+            # there (llama.cpp: 500 for that request and every later one), so it gets "{}".
+            arguments, problem = checked_arguments(call.function.name, call.function.arguments)
+            if finish_reason in CUT_OFF:
+                problem = (
+                    f"Error: your reply was cut off (finish_reason {finish_reason}) before this "
+                    "call was complete, so nothing was run; send the call again"
+                )
+            if problem:
+                not_run[call_id] = problem
+            function = {"name": call.function.name, "arguments": arguments}
             message["tool_calls"].append({"id": call_id, "type": "function", "function": function})
     # DeepSeek's thinking mode rejects a history whose tool-calling turns lost this, even "".
-    if "reasoning_content" in (msg.model_extra or {}):
-        message["reasoning_content"] = msg.model_extra["reasoning_content"]
-    return message
+    # vLLM, Ollama and OpenRouter call it "reasoning": it goes back under the name it came with.
+    for field in REASONING_FIELDS:
+        if field in (msg.model_extra or {}):
+            message[field] = msg.model_extra[field]
+    return message, not_run
+
+
+CUT_OFF = ("length", "content_filter", "insufficient_system_resource")  # finish reasons
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def checked_arguments(name: str, received: object) -> tuple[str, str | None]:
+    """The arguments as valid JSON object text for the history, and why the call cannot run."""
+    if isinstance(received, dict):  # some servers send an object instead of a string
+        return json.dumps(received), None
+    if not received:  # an empty string means {}
+        return "{}", None
+    try:
+        parsed = json.loads(received)
+    except (json.JSONDecodeError, TypeError) as error:
+        problem = f"the arguments are not valid JSON ({error})"
+    else:
+        if isinstance(parsed, dict):
+            return received, None  # exactly as received
+        problem = argument_problem(name, parsed) if name in TOOL_MAP else "not a JSON object"
+    sent = one_line(repr(received), 120)
+    return "{}", f"Error: {problem}; you sent {sent}, so nothing was run; send one JSON object"
+
+
+def final_answer(msg, finish_reason: str | None) -> tuple[str, bool]:
+    """The answer to print (without <think> blocks) and whether it is complete."""
+    text = without_thinking(msg.content or "")
+    if finish_reason in CUT_OFF:
+        return text, False  # note_reply has warned already
+    if not text.strip():
+        say("warning: the model's final reply has no answer text (only its reasoning, or nothing)")
+        return text, False
+    return text, True
+
+
+def without_thinking(text: str) -> str:
+    """Content with <think>...</think> left out (some servers put the reasoning there; the
+    opening tag may be missing). The history keeps the content exactly as received."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1].lstrip()
+    if text.lstrip().startswith("<think>"):
+        return ""  # the reasoning never ended: there is no answer yet
+    return text
 
 
 def note_reply(resp, usage: dict, raw: bool) -> None:
@@ -374,7 +436,7 @@ def note_reply(resp, usage: dict, raw: bool) -> None:
         detail = one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
         raise model_client.AgentError(f"the server's reply has no choices {detail}".rstrip())
     reason = resp.choices[0].finish_reason
-    if reason in ("length", "content_filter", "insufficient_system_resource"):
+    if reason in CUT_OFF:
         say(f"warning: the reply was cut off (finish_reason {reason}); it may be incomplete")
     if resp.usage:
         extra = resp.usage.model_extra or {}
@@ -492,7 +554,7 @@ def main(argv: list[str] | None = None) -> int:
             return report_bug(args.save)
         say(f"error: {message}")
         return 1
-    return 0 if result["stop_reason"] == "finished" else 3
+    return {"finished": 0, "max_steps": 3, "incomplete": 4}[result["stop_reason"]]
 
 
 def never_fail_on_output() -> None:
@@ -564,8 +626,8 @@ def build_parser() -> argparse.ArgumentParser:
         "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
         "or on a terminal runs the lesson's demo task.",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit reached, "
-        "130 interrupted. Settings: LLM_API_KEY, LLM_BASE_URL, LLM_MODEL in config.env "
-        "beside agent.py or in the environment.",
+        "4 the answer is cut off or empty, 130 interrupted. Settings: LLM_API_KEY, "
+        "LLM_BASE_URL, LLM_MODEL in config.env beside agent.py or in the environment.",
     )
     parser.add_argument("task", nargs="*", metavar="TASK", help="the task, in words")
     parser.add_argument(
@@ -778,8 +840,9 @@ def show_transcript(path: str) -> int:
             continue
         role = message["role"]
         label = f"{number:3} {role}" + (f" [{message['tool_call_id']}]" if role == "tool" else "")
-        if message.get("reasoning_content"):
-            print(f"{label} (thinking): {one_line(message['reasoning_content'], 160)}")
+        for field in REASONING_FIELDS:
+            if message.get(field):
+                print(f"{label} (thinking): {one_line(message[field], 160)}")
         if message.get("content") or "tool_calls" not in message:
             print(f"{label}: {one_line(message.get('content') or '', 160)}")
         for call in message.get("tool_calls") or []:

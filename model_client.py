@@ -193,6 +193,36 @@ def create_client(
     )
 
 
+def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=print):
+    """One chat completion: request holds model, tools and limits; returns a ChatCompletion.
+
+    quirks is what this server turned out to need, kept by the caller for its whole run:
+    "empty content" once Ollama has rejected content null (it wants "" instead).
+    """
+    sent = with_empty_content(messages) if "empty content" in quirks else messages
+    try:
+        resp = client.chat.completions.create(messages=sent, **request)
+    except Exception as error:
+        if "empty content" in quirks or "invalid message content type" not in str(error):
+            raise
+        quirks.add("empty content")
+        warn("note: this server rejects content null; sending \"\" instead from now on")
+        resp = client.chat.completions.create(messages=with_empty_content(messages), **request)
+    served = getattr(resp, "model", None)
+    if served and not served.startswith(request["model"]) and "model" not in quirks:
+        quirks.add("model")  # llama.cpp and LM Studio in single-model mode ignore the name
+        warn(f"note: asked for model {request['model']}, the server answered as {served}")
+    return resp
+
+
+def with_empty_content(messages: list[dict]) -> list[dict]:
+    """The messages with assistant content null sent as "" (Ollama's /v1 rejects null)."""
+    return [
+        {**m, "content": ""} if m["role"] == "assistant" and m.get("content") is None else m
+        for m in messages
+    ]
+
+
 def read_transcript(path: str | os.PathLike, *, tolerant: bool = False) -> list[dict]:
     """The messages of a transcript saved with --save (JSON Lines, one message a line).
 

@@ -15,6 +15,7 @@ Used by the tests, tests/benchmark.py and tests/make_example.py; standard librar
 from __future__ import annotations
 
 import json
+import re
 import socket
 import threading
 import time
@@ -39,12 +40,12 @@ class Fail:
 
 def check_messages(messages: object, served: list[dict], previous: list | None) -> list[str]:
     """What a strict provider would reject in a request's messages (empty list: nothing)."""
+    problems = check_arguments(messages) if isinstance(messages, list) else []
     try:
         for message in MESSAGES.validate_python(messages):
             list(message.get("tool_calls") or [])  # nested tool calls validate only when iterated
     except ValidationError as error:
         return [f"messages do not validate: {error}"]
-    problems = []
     if previous is not None and messages[: len(previous)] != previous:
         problems.append("the history was rewritten: this request does not extend the last one")
     pending: list[str] = []
@@ -71,18 +72,41 @@ def check_messages(messages: object, served: list[dict], previous: list | None) 
             pending = ids
             if assistants < len(served):
                 sent_back = served[assistants]
-                if (
-                    "reasoning_content" in sent_back
-                    and message.get("reasoning_content") != sent_back["reasoning_content"]
-                ):
-                    problems.append(
-                        f"Missing `reasoning_content` field in the assistant message at message "
-                        f"index {index} (it must be passed back as it was sent)"
-                    )
+                for name in ("reasoning_content", "reasoning"):  # DeepSeek's name, vLLM's name
+                    if name in sent_back and message.get(name) != sent_back[name]:
+                        problems.append(
+                            f"Missing `{name}` field in the assistant message at message "
+                            f"index {index} (it must be passed back as it was sent)"
+                        )
             assistants += 1
     if pending:
         problems.append(f"the last tool calls {pending} were not answered")
     return problems
+
+
+def check_arguments(messages: list) -> list[str]:
+    """llama.cpp parses the history's tool-call arguments: each must be a JSON object's text."""
+    problems = []
+    for index, message in enumerate(messages):
+        for call in (message.get("tool_calls") or []) if isinstance(message, dict) else []:
+            arguments = call.get("function", {}).get("arguments")
+            try:
+                parsed = json.loads(arguments) if isinstance(arguments, str) else None
+            except json.JSONDecodeError:
+                parsed = None
+            if not isinstance(parsed, dict):
+                problems.append(
+                    f"message {index}: Failed to parse tool call arguments as JSON: {arguments!r}"
+                )
+    return problems
+
+
+# How each kind of server differs from DeepSeek (see the README's table of servers):
+# "llamacpp" answers a bad history with 500, names its own model whatever was asked for, and
+# (with Mistral templates) accepts only tool-call ids of 9 letters and digits; "ollama"
+# rejects assistant content null with a 400.
+SERVERS = ("deepseek", "llamacpp", "ollama", "vllm", "lmstudio")
+NINE_LETTERS_AND_DIGITS = re.compile(r"[A-Za-z0-9]{9}")
 
 
 class StubServer:
@@ -92,7 +116,12 @@ class StubServer:
     or a Fail. After the script, every request gets a 500 and counts as a problem.
     """
 
-    def __init__(self, script: list, api_key: str = "test-key", cache: bool = True) -> None:
+    def __init__(
+        self, script: list, api_key: str = "test-key", cache: bool = True, server: str = "deepseek"
+    ) -> None:
+        assert server in SERVERS, server
+        self.server = server
+        self.rejected: list[str] = []  # what the server refused as that server does (not bugs)
         self.script = list(script)
         self.api_key = api_key
         self.requests: list[dict] = []  # every request body that passed the key check
@@ -130,9 +159,23 @@ class StubServer:
             problems = check_messages(request.get("messages"), self.served, previous)
             if not request.get("model") or not request.get("tools"):
                 problems.append("the request has no model or no tools")
+            if self.server == "llamacpp":
+                problems += [
+                    f"tool call id {call['id']!r} is not 9 letters and digits (Mistral templates)"
+                    for message in request["messages"]
+                    for call in message.get("tool_calls") or []
+                    if not NINE_LETTERS_AND_DIGITS.fullmatch(call["id"])
+                ]
             if problems:
                 self.problems += problems
-                return 400, {}, error_body("; ".join(problems), "invalid_request_error")
+                status = 500 if self.server == "llamacpp" else 400
+                return status, {}, error_body("; ".join(problems), "invalid_request_error")
+            if self.server == "ollama" and any(
+                m["role"] == "assistant" and m["content"] is None for m in request["messages"]
+            ):
+                self.rejected.append("content null")
+                self.requests.pop()  # refused as Ollama does: the next request is not its sequel
+                return 400, {}, error_body("invalid message content type: <nil>", "api_error")
             if not self.script:
                 self.problems.append(f"request {len(self.requests)} came after the script's end")
                 return 500, {}, error_body("the script is over", "server_error")
@@ -142,7 +185,10 @@ class StubServer:
             message = item(request) if callable(item) else item
             self.served.append(message)
             cached = len(json.dumps(previous)) // 4 if previous and self.cache else 0
-            return 200, {}, chat_completion(message, len(self.requests), len(body) // 4, cached)
+            answer = chat_completion(message, len(self.requests), len(body) // 4, cached)
+            # llama.cpp in single-model mode answers as its own model, whatever was asked for.
+            answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
+            return 200, {}, answer
 
     def _handler(self):
         server = self

@@ -277,7 +277,7 @@ def test_a_cut_off_reply_is_warned_about_on_stderr(workdir, reason):
     cut = {"role": "assistant", "content": "The answer is", "finish_reason": reason}
     with StubServer([cut], api_key=KEY) as server:
         proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
-    assert proc.returncode == 0 and proc.stdout == "The answer is\n"
+    assert proc.returncode == 4 and proc.stdout == "The answer is\n"  # 4: incomplete
     assert f"warning: the reply was cut off (finish_reason {reason})" in proc.stderr
 
 

@@ -64,7 +64,7 @@ def test_the_model_option_wins_over_both(app, workdir):
 
 
 def test_defaults_are_deepseek_and_deepseek_flash(tmp_path, monkeypatch):
-    for name in ("LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL"):
+    for name in ("LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS"):
         monkeypatch.setenv(name, "")  # recorded, so what load_config() sets is undone after
         monkeypatch.delenv(name)
     monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")
@@ -73,7 +73,7 @@ def test_defaults_are_deepseek_and_deepseek_flash(tmp_path, monkeypatch):
         "api_key": "k",
         "base_url": "https://api.deepseek.com",
         "model": "deepseek-flash",
-        "max_tokens": "",
+        "max_tokens": "",  # unset: no max_tokens is sent
     }
 
 

@@ -127,7 +127,7 @@ def test_a_cut_off_reply_is_warned_about(workdir, capsys, reason):
     out, err = capsys.readouterr()
     assert out == "Half an ans\n"
     assert f"cut off (finish_reason {reason})" in err
-    assert result["stop_reason"] == "finished"
+    assert result["stop_reason"] == "incomplete"
 
 
 @pytest.mark.parametrize("thinking", ["", "Let me write the file first."])
