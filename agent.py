@@ -4,6 +4,8 @@ Read it top to bottom: settings, the three tools, TOOLS and TOOL_MAP, executing 
 run() (the loop), main() (the command line).  `python agent.py --help` lists the options.
 """
 
+from __future__ import annotations  # annotations stay text, so Python 3.8 gets to the check
+
 import argparse
 import codecs
 import contextlib
@@ -13,7 +15,14 @@ import signal
 import sys
 import time
 
-import model_client
+if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one sentence)
+    sys.exit(
+        "error: agent.py needs Python 3.11 or newer, and this is Python "
+        f"{'.'.join(map(str, sys.version_info[:3]))}: install a newer Python and make the "
+        "virtual environment with it (see the README's quick start)"
+    )
+
+import model_client  # noqa: E402 (after the version check on purpose)
 
 # --- Settings ---------------------------------------------------------------------------
 
@@ -598,6 +607,7 @@ def visible(text: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """python agent.py [options] [TASK ...]; returns the exit code (see the README)."""
+    never_fail_on_output()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.save and args.continue_from:
@@ -608,15 +618,17 @@ def main(argv: list[str] | None = None) -> int:
     for number in (signal.SIGTERM, signal.SIGHUP):
         if signal.getsignal(number) == signal.SIG_DFL:  # nohup's "ignore" stays
             signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
+    config: dict = {}  # for the error hints, whatever fails first
     try:
         config = model_client.load_config()
         history = conversation_to_continue(args.continue_from) if args.continue_from else None
         if args.replay:
-            client = model_client.ReplayClient(args.replay)
+            client = model_client.ReplayClient(args.replay, notify=say)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {args.model or config['model']} at {config['base_url']}"
+        check_paths(args)
         say(f"{source}; workdir {args.workdir}")
         task = " ".join(args.task) or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
@@ -640,13 +652,80 @@ def main(argv: list[str] | None = None) -> int:
     except (model_client.AgentError, OSError) as error:
         say(f"error: {error}")
         return 1
+    except ModuleNotFoundError as error:  # started with a Python that lacks the packages
+        say(f"error: {missing_package(error)}")
+        return 1
     except Exception as error:
-        message = describe_api_error(error, config)
+        save = args.save or args.continue_from
+        context = {"model": args.model or config.get("model"), "save": save}
+        message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
-            raise  # not an API error: a bug, so keep the traceback
+            return report_bug(save)
         say(f"error: {message}")
         return 1
     return {"finished": 0, "max_steps": 3, "incomplete": 4}[result["stop_reason"]]
+
+
+def never_fail_on_output() -> None:
+    """Characters the console cannot encode (Chinese on cp1252) come out as "?", never as an
+    error after the work is done; undecodable piped input becomes U+FFFD."""
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="replace")
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Refuse a --workdir or --save that cannot work, naming the option, before any request."""
+    workdir, save = args.workdir, args.save
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise model_client.AgentError(
+            f"--workdir {workdir} is a file, not a folder: give a folder (a missing one is created)"
+        )
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as error:
+        raise model_client.AgentError(
+            f"--workdir {workdir}: cannot create the folder ({error.strerror})"
+        ) from None
+    if not save:
+        return
+    if os.path.isdir(save):
+        raise model_client.AgentError(
+            f"--save {save} is a folder: give a file name, such as "
+            f"{os.path.join(save, 'run.jsonl')}"
+        )
+    folder = os.path.dirname(os.path.abspath(save))
+    if not os.path.isdir(folder):
+        raise model_client.AgentError(
+            f"--save {save}: the folder {folder} does not exist; create it or save elsewhere"
+        )
+    try:
+        open(save, "a").close()  # run() starts it afresh; this only proves it can be written
+    except OSError as error:
+        message = f"--save {save}: cannot write it ({error.strerror})"
+        raise model_client.AgentError(message) from None
+
+
+def missing_package(error: ModuleNotFoundError) -> str:
+    package = {"dotenv": "python-dotenv"}.get(str(error.name).split(".")[0], error.name)
+    return (
+        f"the package {package} is not installed for this Python ({sys.executable}): activate "
+        "the project's virtual environment (. .venv/bin/activate, on Windows "
+        ".venv\\Scripts\\activate) or install the project with pip install -e ."
+    )
+
+
+def report_bug(save: str | None) -> int:
+    """Called inside an except block: an error no user can cause; keep its traceback."""
+    import traceback
+
+    traceback.print_exc()
+    transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
+    say(
+        "this is a bug in the agent, not something you did: please report it on the project's "
+        f"issue tracker (see the README) with the traceback above; {transcript}"
+    )
+    return 1
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -665,7 +744,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=WORKDIR,
         help="folder the tools act in (default: %(default)s)",
     )
-    parser.add_argument("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
+    parser.add_argument(
+        "--model", type=model_name, help="model name (default: LLM_MODEL, else deepseek-flash)"
+    )
     parser.add_argument(
         "--max-steps",
         type=positive(int),
@@ -731,6 +812,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def model_name(text: str) -> str:
+    problem = model_client.odd_character(text, invisible_only=True)
+    if problem:
+        raise argparse.ArgumentTypeError(f"the name contains {problem}")
+    return text
+
+
 def positive(kind):
     def convert(text: str):
         try:
@@ -771,6 +859,10 @@ def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("--continue needs the next message: give it as words, or add --chat")
         say(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
+    say(
+        "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
+        "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
+    )
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
@@ -831,27 +923,33 @@ def conversation_to_continue(path: str) -> list[dict]:
     return messages
 
 
-def describe_api_error(error: Exception, config: dict) -> str | None:
+def describe_api_error(
+    error: Exception,
+    config: dict,
+    *,
+    model: str | None = None,
+    timeout: float | None = None,
+    save: str | None = None,
+) -> str | None:
     """One line that says what went wrong and what to check; None if it is no API error."""
+    if type(error).__module__.split(".")[0] != "openai":
+        return None  # and no need to import openai (it may be the missing package)
     import openai
 
-    url = config["base_url"]
+    url = config.get("base_url", "the server")
     if isinstance(error, openai.APITimeoutError):  # a subclass of APIConnectionError
-        message = f"the request to {url} timed out (after the SDK's retries): try again later"
+        silence = f"{timeout:g} s" if timeout else "the time-out"
+        message = (
+            f"the request to {url} timed out: the server sent nothing for {silence} in each of "
+            "the SDK's attempts; check that it is running and not overloaded, or allow it longer "
+            "with --request-timeout SECONDS"
+        )
     elif isinstance(error, openai.APIConnectionError):
         message = f"could not connect to {url}: check LLM_BASE_URL and that the server is running"
     elif isinstance(error, openai.APIStatusError):
-        status = error.status_code
-        hint = {
-            400: "check the model name (LLM_MODEL or --model)",
-            401: "check LLM_API_KEY in config.env or the environment",
-            402: "the account's balance is used up: top it up with the provider",
-            403: "the key is not allowed to do this: check LLM_API_KEY and LLM_MODEL",
-            404: f"check LLM_BASE_URL ({url}) and LLM_MODEL",
-            422: "the server rejected a parameter: check LLM_MODEL",
-            429: "rate limited, even after the SDK's retries: wait a little and try again",
-        }.get(status, "the server failed, even after the SDK's retries: try again later")
-        message = f"the server answered {status} ({server_says(error)}): {hint}"
+        said = server_says(error)
+        hint = status_hint(error.status_code, said, url, model, save)
+        message = f"the server answered {error.status_code} ({said}): {hint}"
     elif isinstance(error, openai.APIError):
         message = f"{type(error).__name__}: {error}"
     else:
@@ -859,6 +957,62 @@ def describe_api_error(error: Exception, config: dict) -> str | None:
     # Never print the key. A short one ("x", "ollama") is no secret and would mangle words.
     key = config.get("api_key") or ""
     return message.replace(key, "***") if len(key) >= 8 else message
+
+
+def status_hint(status: int, said: str, url: str, model: str | None, save: str | None) -> str:
+    """What to do about an error status, read from what the server said where it is telling."""
+    import re
+
+    said = said.lower()
+    if re.search(r"context (length|size|window)|maximum context|context_length_exceeded", said):
+        return (
+            "the conversation is longer than the model accepts (its context is full): start "
+            "again with a smaller task or fewer steps (--max-steps), a lower --max-tokens, or a "
+            "model or server with a larger context"
+        )
+    if re.search(r"reasoning_content|tool_call|tool call|role 'tool'|tool message", said):
+        transcript = f"the transcript is in {save}" if save else "--save FILE keeps a transcript"
+        return (
+            "the server rejects the conversation the agent built: this is a bug in the agent; "
+            f"please report it on the project's issue tracker (see the README); {transcript}"
+        )
+    if re.search(r"model not exist|model_not_found|unknown model|model \S+ not found", said):
+        return f"the server does not know the model {model or ''}: check --model or LLM_MODEL"
+    if status == 404:
+        return url_hint(url)
+    if status >= 500 and status not in (502, 503, 504):
+        return (
+            "the server rejects this request: it failed the same way on each of the SDK's "
+            "attempts, so trying again will not help; its log may say why"
+        )
+    hints = {
+        400: "check the model name (LLM_MODEL or --model)",
+        401: f"check LLM_API_KEY ({model_client.setting_origin('LLM_API_KEY')})",
+        402: "the account's balance is used up: top it up with the provider",
+        403: "the key is not allowed to do this: check LLM_API_KEY and LLM_MODEL",
+        422: "the server rejected a parameter: check LLM_MODEL",
+        429: "rate limited, even after the SDK's retries: wait a little and try again",
+    }
+    return hints.get(status, "the server failed, even after the SDK's retries: try again later")
+
+
+def url_hint(url: str) -> str:
+    """A 404: a local server's URL without /v1, or one that already ends in the endpoint."""
+    from urllib.parse import urlsplit
+
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        base = url.rstrip("/").removesuffix("/chat/completions")
+        return (
+            "LLM_BASE_URL ends in /chat/completions, which the SDK adds itself, so the path was "
+            f"doubled: set LLM_BASE_URL={base}"
+        )
+    if not path.endswith("/v1"):
+        return (
+            f"LLM_BASE_URL ({url}) does not end in /v1, which local servers need: try "
+            f"LLM_BASE_URL={url.rstrip('/')}/v1"
+        )
+    return f"check LLM_BASE_URL ({url}) and LLM_MODEL"
 
 
 def server_says(error) -> str:
@@ -872,11 +1026,15 @@ def server_says(error) -> str:
 def show_transcript(path: str) -> int:
     """--show: print a saved transcript as a readable timeline."""
     try:
-        messages = model_client.read_transcript(path)
+        messages = model_client.read_transcript(path, tolerant=True)
     except (model_client.AgentError, OSError) as error:
         say(f"error: {error}")
         return 1
     for number, message in enumerate(messages, 1):
+        if "cut_off" in message:  # the last line, half written when the agent was stopped
+            text = one_line(message["cut_off"], 120)
+            print(f"{number:3} (cut off: line {message['line']} was only partly written): {text}")
+            continue
         role = message["role"]
         label = f"{number:3} {role}" + (f" [{message['tool_call_id']}]" if role == "tool" else "")
         for field in REASONING_FIELDS:

@@ -337,14 +337,15 @@ def test_continue_refuses_a_broken_file_in_one_line_and_leaves_it_alone(tmp_path
     "messages, phrase",
     [
         ([], "has no messages"),
-        ([GOOD[0], {"role": "bot", "content": "hi"}], "line 2 has the role 'bot'"),
+        ([GOOD[0], {"role": "bot", "content": "hi"}], 'line 2 has the role "bot"'),
         ([GOOD[1], GOOD[0]], "line 2 is a system message"),
         ([*GOOD[:3], GOOD[1]], "line 4 is a user message, but the tool calls ['c1']"),
         ([GOOD[1], GOOD[3]], "line 2 is a tool message answering 'c1', but no tool call"),
         ([GOOD[1], reply(None, call("read_file", {}, "c1"), call("read_file", {}, "c1"))],
          "line 2 has the same tool call id twice"),  # fmt: skip
-        ([GOOD[1], reply(None, {"type": "function"})], "line 2 has tool calls without an id"),
-        ([GOOD[1], {"role": "assistant", "content": None, "tool_calls": 5}], "without an id"),
+        # Shapes a transcript line cannot have are refused by read_transcript, naming the line.
+        ([GOOD[1], reply(None, {"type": "function"})], "line 2 has tool call 1 without a"),
+        ([GOOD[1], {"role": "assistant", "content": None, "tool_calls": 5}], "not an array"),
     ],
 )
 def test_check_conversation_names_the_line_of_the_first_misplaced_message(

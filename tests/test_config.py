@@ -84,8 +84,8 @@ def test_without_any_key_the_error_says_where_to_put_one(app, workdir):
     )  # fmt: skip
     assert proc.returncode == 1
     assert proc.stderr.strip() == (
-        "error: LLM_API_KEY is not set: put it in config.env (copy config.example.env) "
-        "or in the environment"
+        f"error: LLM_API_KEY is not set (found no {app / 'config.env'}): put your key after "
+        "LLM_API_KEY= in config.env (copy config.example.env), or set it in the environment"
     )
 
 
