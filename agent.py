@@ -197,7 +197,7 @@ def kill_process_group(pid: int) -> None:
         subprocess.run(kill, stdin=subprocess.DEVNULL, capture_output=True)  # gone already: fine
         return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)  # under bwrap this kills its PID namespace's init, too
+        os.killpg(pid, signal.SIGKILL)  # under bwrap, --die-with-parent takes its sandbox along
 
 
 @contextlib.contextmanager
