@@ -820,9 +820,9 @@ def check_sandbox(folder: str) -> None:
     if probe.returncode != 0:
         said = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
         raise model_client.AgentError(
-            f"--sandbox: bubblewrap cannot make its sandbox here ({said}): it needs user "
-            "namespaces, which some containers and kernels turn off; allow them (a container "
-            "option, a sysctl) or run without --sandbox and approve each command"
+            f"--sandbox: bubblewrap cannot make its sandbox here ({said}): it needs unprivileged "
+            "user namespaces, which some containers and systems turn off (on Ubuntu 23.10 and "
+            "later: sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0; see the README)"
         )
 
 
