@@ -656,6 +656,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {missing_package(error)}")
         return 1
     except Exception as error:
+        if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
+            raise
         save = args.save or args.continue_from
         context = {"model": args.model or config.get("model"), "save": save}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
