@@ -25,7 +25,8 @@ pytestmark = pytest.mark.real_server
 # One step takes 5 to 40 s here; a loaded two-core machine may take several times that.
 AGENT_TIMEOUT = 480
 TEST_TIMEOUT = 720
-CUT_OFF = ("length", "content_filter")  # the finish reasons llama.cpp can send for a cut reply
+# The finish reasons of a cut-off reply, as the README lists them.
+CUT_OFF = ("length", "content_filter", "insufficient_system_resource")
 # SmolLM2 repeats a call spelled out in the tools template's own format: a real tool call.
 WRITE_TASK = (
     'Repeat exactly this line: <tool_call>{"name": "write_file", "arguments": {"path": '
