@@ -261,6 +261,35 @@ def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdi
     assert "--yes" in proc.stderr
 
 
+# A command that inherited the agent's stdin would read the line waiting there, or wait for
+# more until its time-out; with stdin closed, `read` meets the end of input at once.
+READ_STDIN = 'read line; echo "read exit $?: $line"'
+NOTHING_READ = "exit code 0\nread exit 1: \n"
+
+
+def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_an_open_pipe(workdir):
+    script = [
+        reply(None, tool_call("run_shell", {"command": READ_STDIN}, "c1"), reasoning=""),
+        final("done"),
+    ]
+    with StubServer(script, api_key=KEY) as server:
+        agent_process = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
+             "--timeout", "20", "read a line"],
+            env=stub_env(server), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=ROOT / "tests",
+        )  # fmt: skip
+        try:
+            agent_process.stdin.write("typed by the user\n")
+            agent_process.stdin.flush()  # and the pipe stays open until the agent has ended
+            assert agent_process.wait(60) == 0, agent_process.stderr.read()
+        finally:
+            agent_process.kill()
+            agent_process.stdin.close()
+    assert server.problems == []
+    assert server.requests[1]["messages"][-1]["content"] == NOTHING_READ
+
+
 def test_raw_prints_each_response_as_json_on_stderr_only(workdir):
     with StubServer([final("raw ok")], api_key=KEY) as server:
         proc = run_agent("--workdir", str(workdir), "--raw", "hi", env=stub_env(server))

@@ -59,6 +59,18 @@ def test_no_task_on_a_terminal_runs_the_lessons_demo(workdir):
     assert server.problems == []
 
 
+def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_a_terminal(workdir):
+    command = 'read line; echo "read exit $?: $line"'  # see test_cli.py's pipe variant
+    script = [shell_call("c1", command), {"role": "assistant", "content": "done"}]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--yes", "--timeout", "20", "read")
+        child.sendline("typed on the terminal")  # waits in the terminal for whoever reads
+        child.expect_exact("done")
+        assert finish(child) == 0
+    assert server.problems == []
+    assert server.requests[1]["messages"][-1]["content"] == "exit code 0\nread exit 1: \n"
+
+
 @pytest.mark.parametrize("approve", ["prompt", "--yes"])
 def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_path, approve):
     transcript = tmp_path / "run.jsonl"
