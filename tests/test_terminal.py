@@ -88,11 +88,9 @@ def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_
         while not (pid_file.exists() and pid_file.read_text().strip()):
             assert time.monotonic() < deadline, "the command never started"
             time.sleep(0.05)
-        started = time.monotonic()
         child.sendintr()
-        child.expect_exact("interrupted")
+        child.expect_exact("interrupted", timeout=20)  # not after the command's own 60 s
         assert finish(child) == 130
-        assert time.monotonic() - started < 10
     assert not alive(int(pid_file.read_text()))
     lines = transcript.read_text().splitlines()
     assert [json.loads(line)["role"] for line in lines] == ["system", "user", "assistant"]
