@@ -216,7 +216,7 @@ def test_the_waiting_line_counts_seconds_and_a_plain_answer_is_marked(workdir):
     released = threading.Event()
 
     def slow(request):
-        released.wait(20)
+        released.wait(30)
         return reply("Slow but sure.")
 
     with StubServer([slow]) as server:

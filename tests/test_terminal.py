@@ -84,7 +84,7 @@ def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_
             child.expect_exact("Run it? [y/N/a] ")
             child.sendline("y")
         pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while not (pid_file.exists() and pid_file.read_text().strip()):
             assert time.monotonic() < deadline, "the command never started"
             time.sleep(0.05)
@@ -104,13 +104,13 @@ def test_ctrl_c_while_waiting_for_the_model_exits_130(workdir, tmp_path):
     released = threading.Event()
 
     def slow_reply(request):
-        released.wait(20)  # the model is thinking...
+        released.wait(30)  # the model is thinking...
         return {"role": "assistant", "content": "too late"}
 
     with StubServer([slow_reply]) as server:
         child = spawn(server, "--workdir", str(workdir), "think hard")
         child.expect_exact("[1] waiting for the model...")  # shown on a terminal
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while not server.requests:
             assert time.monotonic() < deadline, "the request never arrived"
             time.sleep(0.05)
