@@ -482,10 +482,11 @@ def assistant_message(msg, finish_reason: str | None, position: int) -> tuple[di
             # Servers parse the history's arguments: anything but a JSON object is rejected
             # there (llama.cpp: 500 for that request and every later one), so it gets "{}".
             arguments, problem = checked_arguments(call.function.name, call.function.arguments)
-            if finish_reason in CUT_OFF:
+            if finish_reason in CUT_OFF:  # quoted, so the model sees where it was cut off
+                sent = one_line(repr(call.function.arguments), 120)
                 problem = (
                     f"Error: your reply was cut off (finish_reason {finish_reason}) before this "
-                    "call was complete, so nothing was run; send the call again"
+                    f"call was complete; you sent {sent}, so nothing was run; send the call again"
                 )
             if problem:
                 not_run[call_id] = problem
@@ -742,6 +743,8 @@ def main(argv: list[str] | None = None) -> int:
         say(f"error: {missing_package(error)}")
         return 1
     except Exception as error:
+        if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
+            raise
         save = args.save or args.continue_from
         context = {"model": args.model or config.get("model"), "save": save}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)

@@ -65,14 +65,18 @@ def finish(child: pexpect.spawn) -> int:
 
 
 def alive(pid: int) -> bool:
-    for _ in range(50):  # the kill is sent; give the kernel a moment to reap
+    deadline = time.monotonic() + 10  # the kill is sent; give a loaded machine time to reap
+    while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
-        with open(f"/proc/{pid}/stat") as f:
-            if f.read().split(")")[-1].split()[0] == "Z":  # a zombie is dead already
-                return False
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().split(")")[-1].split()[0] == "Z":  # a zombie is dead already
+                    return False
+        except FileNotFoundError:  # reaped in between
+            return False
         time.sleep(0.1)
     return True
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -216,6 +219,21 @@ def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
     assert "replaying" in again.stderr
 
 
+def test_save_to_an_existing_file_starts_a_new_transcript(workdir, tmp_path):
+    transcript = tmp_path / "run.jsonl"
+    old = [{"role": "system", "content": "old"}, {"role": "user", "content": "the last task"}]
+    transcript.write_text("".join(json.dumps(m) + "\n" for m in old))
+    with StubServer([final("new answer")], api_key=KEY) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), "--save", str(transcript), "a new task",
+            env=stub_env(server),
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    saved = [json.loads(line) for line in transcript.read_text().splitlines()]
+    assert saved == [*server.requests[0]["messages"], final("new answer")]
+    assert [m["content"] for m in saved[:2]] == [agent.SYSTEM_PROMPT, "a new task"]
+
+
 def test_a_replay_that_runs_out_of_replies_is_an_error(workdir, tmp_path):
     transcript = tmp_path / "short.jsonl"
     lines = [{"role": "user", "content": "t"}, read_call("c1")]
@@ -256,6 +274,35 @@ def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdi
     answer = server.requests[1]["messages"][-1]["content"]
     assert answer.startswith("Error: PermissionError: the command was not run")
     assert "--yes" in proc.stderr
+
+
+# A command that inherited the agent's stdin would read the line waiting there, or wait for
+# more until its time-out; with stdin closed, `read` meets the end of input at once.
+READ_STDIN = 'read line; echo "read exit $?: $line"'
+NOTHING_READ = "exit code 0\nread exit 1: \n"
+
+
+def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_an_open_pipe(workdir):
+    script = [
+        reply(None, tool_call("run_shell", {"command": READ_STDIN}, "c1"), reasoning=""),
+        final("done"),
+    ]
+    with StubServer(script, api_key=KEY) as server:
+        agent_process = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
+             "--timeout", "20", "read a line"],
+            env=stub_env(server), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, cwd=ROOT / "tests",
+        )  # fmt: skip
+        try:
+            agent_process.stdin.write("typed by the user\n")
+            agent_process.stdin.flush()  # and the pipe stays open until the agent has ended
+            assert agent_process.wait(60) == 0, agent_process.stderr.read()
+        finally:
+            agent_process.kill()
+            agent_process.stdin.close()
+    assert server.problems == []
+    assert server.requests[1]["messages"][-1]["content"] == NOTHING_READ
 
 
 def test_raw_prints_each_response_as_json_on_stderr_only(workdir):
@@ -380,3 +427,25 @@ def test_a_server_that_never_answers_is_given_up_at_the_request_timeout(workdir)
         took = time.monotonic() - started
     assert_one_line_error(proc, "timed out", url)
     assert took < 30  # three attempts of 0.5 s plus the SDK's back-off, not 3 x 600 s
+
+
+@pytest.mark.parametrize("stream", ["--no-stream", "--stream"])
+def test_a_server_that_holds_its_answer_is_reported_as_timed_out(workdir, stream):
+    released = threading.Event()
+
+    def held(request):  # the request is read; the answer never comes within the time-out
+        released.wait(30)
+        return final("too late")
+
+    with StubServer([held] * 3, api_key=KEY) as server:  # one for each of the SDK's attempts
+        try:
+            proc = run_agent(
+                "--workdir", str(workdir), "--request-timeout", "0.5", stream, "hi",
+                env=stub_env(server),
+            )  # fmt: skip
+        finally:
+            released.set()
+    assert_one_line_error(proc, "timed out", "sent nothing for 0.5 s", "--request-timeout")
+    assert "could not connect" not in proc.stderr
+    streamed = [request.get("stream", False) for request in server.requests]
+    assert streamed == [stream == "--stream"] * 3  # each of the SDK's attempts timed out

@@ -9,6 +9,7 @@ import ast
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -208,10 +209,10 @@ def test_a_404_without_v1_suggests_adding_it(workdir):
     one_line_error(proc, "404", "does not end in /v1", f"LLM_BASE_URL={server.url}/v1")
 
 
-def test_a_404_with_the_endpoint_in_the_url_points_out_the_doubled_path(agent_main, workdir):
+def test_a_404_with_the_endpoint_in_the_url_points_out_the_doubled_path(workdir):
     with V1Server([reply("never")], api_key=KEY) as server:
-        env = {"LLM_API_KEY": KEY, "LLM_BASE_URL": f"{server.url}/v1/chat/completions"}
-        proc = agent_main("--workdir", str(workdir), "hi", env=env)
+        env = stub_env(server, LLM_BASE_URL=f"{server.url}/v1/chat/completions")
+        proc = run_agent("--workdir", str(workdir), "hi", env=env)
     one_line_error(proc, "404", "doubled", f"LLM_BASE_URL={server.url}/v1")
 
 
@@ -311,6 +312,27 @@ def test_a_time_out_is_worded_as_a_time_out():
     line = agent.describe_api_error(caught.value, {"base_url": url}, timeout=0.2)
     assert f"the request to {url} timed out" in line
     assert "sent nothing for 0.2 s" in line and "--request-timeout" in line
+
+
+def test_a_server_that_never_answers_shows_the_seconds_then_times_out_in_one_line(workdir):
+    with socket.socket() as silent:  # accepts connections (the kernel does), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        child = pexpect.spawn(
+            sys.executable,
+            [str(ROOT / "agent.py"), "--workdir", str(workdir), "--request-timeout", "1.5", "hi"],
+            env=clean_env(LLM_API_KEY=KEY, LLM_BASE_URL=url), cwd=str(ROOT / "tests"),
+            encoding="utf-8", timeout=60, dimensions=(40, 300),
+        )  # fmt: skip
+        child.expect_exact("[1] waiting for the model... 1 s")  # alive, and counting
+        child.expect(r"error: the request to \S+ timed out[^\r\n]*")
+        line = child.after
+        child.expect(pexpect.EOF)
+        child.close()
+    assert child.exitstatus == 1
+    assert url in line and "nothing for 1.5 s" in line and "--request-timeout" in line
+    assert "Traceback" not in child.before
 
 
 # --- Output the console cannot encode ---------------------------------------------------------

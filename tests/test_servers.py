@@ -40,6 +40,8 @@ def test_a_cut_off_reply_runs_none_of_its_calls_and_the_history_stays_valid(work
     assert len(answers) == 3
     for answer in answers:
         assert answer.startswith("Error: your reply was cut off") and "nothing was run" in answer
+    assert repr('{"path": "half.txt", "cont') in answers[2]  # what arrived, so it can redo it
+    assert "touch ran.txt" in answers[1]
     calls = assistant_messages(server.requests[1])[0]["tool_calls"]
     assert [c["function"]["arguments"] for c in calls][2] == "{}"
     assert f"cut off (finish_reason {reason})" in proc.stderr

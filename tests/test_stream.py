@@ -128,7 +128,7 @@ def test_a_stalled_stream_is_given_up_at_the_request_timeout(tmp_path):
     proc, server, saved = session(
         tmp_path, "s", broken("stall"), "--stream", "--request-timeout", "1"
     )
-    assert time.monotonic() - started < 20  # not the SDK's 600 s
+    assert time.monotonic() - started < 40  # given up; not the stub's 60 s stall, the SDK's 600 s
     assert proc.returncode == 1, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: the server sent nothing for 1 s in the middle of the reply")
@@ -151,13 +151,6 @@ def spawn(server, *args: str, **settings: str) -> pexpect.spawn:
         timeout=30,
         dimensions=(40, 200),
     )
-
-
-def wait_for(condition, what: str) -> None:
-    deadline = time.monotonic() + 20
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("no_color", [False, True])
@@ -223,7 +216,7 @@ def test_the_waiting_line_counts_seconds_and_a_plain_answer_is_marked(workdir):
     released = threading.Event()
 
     def slow(request):
-        released.wait(20)
+        released.wait(30)
         return reply("Slow but sure.")
 
     with StubServer([slow]) as server:

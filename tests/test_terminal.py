@@ -59,6 +59,18 @@ def test_no_task_on_a_terminal_runs_the_lessons_demo(workdir):
     assert server.problems == []
 
 
+def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_a_terminal(workdir):
+    command = 'read line; echo "read exit $?: $line"'  # see test_cli.py's pipe variant
+    script = [shell_call("c1", command), {"role": "assistant", "content": "done"}]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--yes", "--timeout", "20", "read")
+        child.sendline("typed on the terminal")  # waits in the terminal for whoever reads
+        child.expect_exact("done")
+        assert finish(child) == 0
+    assert server.problems == []
+    assert server.requests[1]["messages"][-1]["content"] == "exit code 0\nread exit 1: \n"
+
+
 @pytest.mark.parametrize("approve", ["prompt", "--yes"])
 def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_path, approve):
     transcript = tmp_path / "run.jsonl"
@@ -72,15 +84,13 @@ def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_
             child.expect_exact("Run it? [y/N/a] ")
             child.sendline("y")
         pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while not (pid_file.exists() and pid_file.read_text().strip()):
             assert time.monotonic() < deadline, "the command never started"
             time.sleep(0.05)
-        started = time.monotonic()
         child.sendintr()
-        child.expect_exact("interrupted")
+        child.expect_exact("interrupted", timeout=20)  # not after the command's own 60 s
         assert finish(child) == 130
-        assert time.monotonic() - started < 10
     assert not alive(int(pid_file.read_text()))
     lines = transcript.read_text().splitlines()
     assert [json.loads(line)["role"] for line in lines] == ["system", "user", "assistant"]
@@ -94,13 +104,13 @@ def test_ctrl_c_while_waiting_for_the_model_exits_130(workdir, tmp_path):
     released = threading.Event()
 
     def slow_reply(request):
-        released.wait(20)  # the model is thinking...
+        released.wait(30)  # the model is thinking...
         return {"role": "assistant", "content": "too late"}
 
     with StubServer([slow_reply]) as server:
         child = spawn(server, "--workdir", str(workdir), "think hard")
         child.expect_exact("[1] waiting for the model...")  # shown on a terminal
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 30
         while not server.requests:
             assert time.monotonic() < deadline, "the request never arrived"
             time.sleep(0.05)
