@@ -39,15 +39,18 @@ SYSTEM_PROMPT = (
     "Use the tools to do the task and check what they return instead of guessing. "
     "When the task is done, reply with a short answer and call no tool."
 )
+ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
+PYTHON = "python" if ON_WINDOWS else "python3"  # what the interpreter is called on the PATH
 DEMO_TASK = (
     "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
-    "python3, and tell me the real output."
+    f"{PYTHON}, and tell me the real output."
 )
 
 # What the tools act on; run() sets these from its arguments before the first step.
 workdir = WORKDIR
 shell_timeout = SHELL_TIMEOUT
 approve_all = False
+sandboxed = False  # --sandbox: run_shell's commands run under bubblewrap
 
 
 # --- The three tools: plain functions; an exception becomes an "Error: ..." for the model ----
@@ -97,31 +100,28 @@ def write_file(path: str, content: str) -> str:
 
 def run_shell(command: str) -> str:
     """Run a shell command in the workdir once the user approves it; return exit code and output."""
-    import subprocess  # imported here, not at the top, to keep --help's start-up fast
-    import threading
+    import threading  # imported here, not at the top, to keep --help's start-up fast
 
     if not approved(command):
         raise PermissionError("the user did not approve this command, so it was not run")
-    proc = subprocess.Popen(
-        command,
-        shell=True,
-        cwd=workdir,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a kill reaches all it started
-    )
     captured: dict[str, str] = {}
-    reader = threading.Thread(target=keep_head_and_tail, args=(proc.stdout, captured), daemon=True)
-    reader.start()
-    try:
-        reader.join(shell_timeout)  # the pipe closes when the command and all it started end
-        timed_out = reader.is_alive()
-    finally:
-        kill_process_group(proc.pid)  # on time-out, on Ctrl-C, and whatever it left running
-        reader.join(5)
-        proc.wait()
-        proc.stdout.close()
+    # A Ctrl-C or SIGTERM acting between the start and the kill being in place would leave the
+    # command running after the agent exits: signals wait, except while the command is awaited.
+    with signals_held() as let_through:
+        proc = start_command(command)
+        try:
+            reader = threading.Thread(
+                target=keep_head_and_tail, args=(proc.stdout, captured), daemon=True
+            )
+            reader.start()
+            with let_through():  # the pipe closes when the command and all it started end
+                reader.join(shell_timeout)
+            timed_out = reader.is_alive()
+        finally:
+            kill_process_group(proc.pid)  # on time-out, on Ctrl-C, and whatever it left running
+            reader.join(5)
+            proc.wait()
+            proc.stdout.close()
     output = captured.get("text", "(output unavailable)")
     if timed_out:
         return (
@@ -154,16 +154,93 @@ def approved(command: str) -> bool:
             "here (the user can restart the agent with --yes)"
         )
     say(f"  $ {visible(command)}")  # escapes shown, so no command can disguise itself
-    sys.stderr.write("  Run it? [y/N/a] ")
+    sys.stderr.write("  Run it in the sandbox? [y/N/a] " if sandboxed else "  Run it? [y/N/a] ")
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
     approve_all = answer in ("a", "always")
     return approve_all or answer in ("y", "yes")
 
 
+def start_command(command: str):  # -> subprocess.Popen
+    """Start command in the workdir in a process group of its own, so that one kill reaches all
+    it starts; stdin closed, stdout and stderr into one pipe. With --sandbox, under bwrap."""
+    import subprocess
+
+    streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    if ON_WINDOWS:  # cmd.exe; a console's Ctrl-C then reaches only the agent, which kills the tree
+        flags = subprocess.CREATE_NEW_PROCESS_GROUP
+        return subprocess.Popen(command, shell=True, cwd=workdir, creationflags=flags, **streams)
+    if sandboxed:
+        argv = bwrap_command(workdir, "/bin/sh", "-c", command)
+        return subprocess.Popen(argv, cwd=workdir, start_new_session=True, **streams)
+    return subprocess.Popen(command, shell=True, cwd=workdir, start_new_session=True, **streams)
+
+
+def bwrap_command(folder: str, *command: str) -> list[str]:
+    """command under bubblewrap: everything read-only but folder (at its real path, so paths
+    look the same), a private empty /tmp, its own /dev and /proc, no network (its own network
+    namespace: not even the host's 127.0.0.1), its own PID namespace, killed if the agent dies."""
+    return [
+        "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "--bind", folder, folder,  # after --tmpfs /tmp, so a folder inside /tmp stays visible
+        "--chdir", folder, "--unshare-net", "--unshare-pid", "--die-with-parent", "--", *command,
+    ]  # fmt: skip
+
+
 def kill_process_group(pid: int) -> None:
+    """Kill the command and everything it started: its process group (start_new_session made
+    the group id the pid), on Windows its process tree."""
+    if ON_WINDOWS:
+        import subprocess
+
+        kill = ["taskkill", "/F", "/T", "/PID", str(pid)]
+        subprocess.run(kill, stdin=subprocess.DEVNULL, capture_output=True)  # gone already: fine
+        return
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)  # start_new_session made the group id the pid
+        os.killpg(pid, signal.SIGKILL)  # under bwrap, --die-with-parent takes its sandbox along
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Ctrl-C, SIGTERM and SIGHUP arriving in the block act only when it ends, or inside the
+    `with let_through():` it yields. Only the main thread can set handlers; an ignored or
+    default signal is left as it is."""
+    import threading
+
+    arrived: list[int] = []
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {n: signal.getsignal(n) for n in (signal.SIGINT, *termination_signals())}
+        handlers = {n: handler for n, handler in handlers.items() if callable(handler)}
+
+    def hold() -> None:
+        for number in handlers:
+            signal.signal(number, lambda signum, frame: arrived.append(signum))
+
+    def release() -> None:
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+        while arrived:
+            signal.raise_signal(arrived.pop(0))  # its handler runs here: KeyboardInterrupt, exit
+
+    @contextlib.contextmanager
+    def let_through():
+        release()
+        try:
+            yield
+        finally:
+            hold()
+
+    hold()
+    try:
+        yield let_through
+    finally:
+        release()
+
+
+def termination_signals() -> list[int]:
+    """SIGTERM, and SIGHUP where there is one (not on Windows)."""
+    return [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
 
 
 def keep_head_and_tail(stream, captured: dict) -> None:
@@ -231,7 +308,9 @@ TOOLS = [
         "run_shell",
         "Run a shell command in the workdir (the user approves it first) and return its "
         "exit code and combined stdout and stderr.",
-        command="The command line, run by /bin/sh.",
+        command="The command line, run by cmd.exe (Windows: dir, type, python; not ls, cat)."
+        if ON_WINDOWS
+        else "The command line, run by /bin/sh.",
     ),
 ]
 TOOL_MAP = {"read_file": read_file, "write_file": write_file, "run_shell": run_shell}
@@ -291,6 +370,7 @@ def run(
     max_tokens: int | None = None,
     stream: bool = False,
     history: list[dict] | None = None,
+    sandbox: bool = False,
 ) -> dict:
     """Work on task until the model replies without tool calls, or max_steps requests are made.
 
@@ -307,7 +387,7 @@ def run(
     if max_tokens:  # unset, the server's own limit applies
         request["max_tokens"] = max_tokens
     server_quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
-    set_up_tools(workdir, timeout, yes)
+    set_up_tools(workdir, timeout, yes, sandbox)
     messages = start_conversation(history, task, save)  # appended to, never rewritten
     totals = {"steps": 0, "tool_calls": 0}
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
@@ -354,11 +434,13 @@ def start_conversation(history: list[dict] | None, task: str, save) -> list[dict
     return messages
 
 
-def set_up_tools(folder: str | os.PathLike, timeout: float, yes: bool) -> None:
-    global workdir, shell_timeout, approve_all
+def set_up_tools(
+    folder: str | os.PathLike, timeout: float, yes: bool, sandbox: bool = False
+) -> None:
+    global workdir, shell_timeout, approve_all, sandboxed
     workdir = os.path.realpath(folder)
     os.makedirs(workdir, exist_ok=True)
-    shell_timeout, approve_all = timeout, yes
+    shell_timeout, approve_all, sandboxed = timeout, yes, sandbox
 
 
 def append(messages: list[dict], message: dict, save: str | os.PathLike | None) -> None:
@@ -616,7 +698,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.show:
         return show_transcript(args.show)
     # Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its command.
-    for number in (signal.SIGTERM, signal.SIGHUP):
+    for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:  # nohup's "ignore" stays
             signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
     config: dict = {}  # for the error hints, whatever fails first
@@ -630,7 +712,10 @@ def main(argv: list[str] | None = None) -> int:
             client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {args.model or config['model']} at {config['base_url']}"
         check_paths(args)
-        say(f"{source}; workdir {args.workdir}")
+        if args.sandbox:
+            check_sandbox(args.workdir)
+        sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
+        say(f"{source}; workdir {args.workdir}{sandboxed}")
         task = " ".join(args.task) or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
         result = (chat if args.chat else run)(  # chat() runs run() turn after turn
@@ -646,6 +731,7 @@ def main(argv: list[str] | None = None) -> int:
             max_tokens=args.max_tokens or max_tokens_setting(config),
             stream=streaming(args),
             history=history,
+            sandbox=args.sandbox,
         )
     except KeyboardInterrupt:
         say("interrupted")
@@ -707,6 +793,40 @@ def check_paths(args: argparse.Namespace) -> None:
     except OSError as error:
         message = f"--save {save}: cannot write it ({error.strerror})"
         raise model_client.AgentError(message) from None
+
+
+def check_sandbox(folder: str) -> None:
+    """--sandbox: refuse to start, in one line, where commands cannot run sandboxed; never run
+    them unsandboxed instead."""
+    import shutil
+    import subprocess
+
+    if sys.platform == "darwin":
+        raise model_client.AgentError(
+            "--sandbox is not available on macOS yet (it needs Linux and bubblewrap; macOS would "
+            "use Seatbelt, sandbox-exec): run without it and approve each command"
+        )
+    if ON_WINDOWS:
+        raise model_client.AgentError(
+            "--sandbox is not available on Windows yet (it needs Linux and bubblewrap): run "
+            "without it and approve each command, or run the agent in WSL with --sandbox"
+        )
+    if not shutil.which("bwrap"):
+        raise model_client.AgentError(
+            "--sandbox needs bubblewrap (the bwrap command), which is not installed: install it "
+            "(apt install bubblewrap, dnf install bubblewrap, pacman -S bubblewrap)"
+        )
+    folder = os.path.realpath(folder)
+    probe = subprocess.run(
+        bwrap_command(folder, "true"), stdin=subprocess.DEVNULL, capture_output=True, text=True
+    )
+    if probe.returncode != 0:
+        said = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+        raise model_client.AgentError(
+            f"--sandbox: bubblewrap cannot make its sandbox here ({said}): it needs unprivileged "
+            "user namespaces, which some containers and systems turn off (on Ubuntu 23.10 and "
+            "later: sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0; see the README)"
+        )
 
 
 def missing_package(error: ModuleNotFoundError) -> str:
@@ -779,6 +899,12 @@ def build_parser() -> argparse.ArgumentParser:
         "is a terminal; --replay never streams)",
     )
     parser.add_argument("--yes", action="store_true", help="run every shell command unasked")
+    parser.add_argument(
+        "--sandbox",
+        action="store_true",
+        help="run shell commands under bubblewrap (Linux): only the workdir writable, a private "
+        "/tmp, no network; with --yes, the mode for unattended runs",
+    )
     parser.add_argument(
         "--timeout",
         type=positive(float),

@@ -4,7 +4,6 @@ stub server (127.0.0.1), exit codes, and what lands on stdout and stderr."""
 from __future__ import annotations
 
 import json
-import signal
 import socket
 import subprocess
 import sys
@@ -12,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, alive, clean_env, run_agent, stub_env
+from conftest import ROOT, clean_env, run_agent, stub_env
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, demo_script
 
@@ -394,27 +393,6 @@ def test_the_example_transcript_replays_offline_with_no_key(workdir):
     messages = [json.loads(line) for line in example.read_text().splitlines()]
     assert messages[0]["content"] == agent.SYSTEM_PROMPT  # still matches the program
     assert messages[1]["content"] == agent.DEMO_TASK
-
-
-def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
-    command = "sleep 60 & echo $! > child.pid; wait"
-    script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
-    with StubServer(script, api_key=KEY) as server:
-        agent_process = subprocess.Popen(
-            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes", "wait"],
-            env=stub_env(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 20
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
-        agent_process.send_signal(signal.SIGTERM)
-        _, err = agent_process.communicate(timeout=10)
-    assert agent_process.returncode == 128 + signal.SIGTERM
-    assert "Traceback" not in err
-    assert not alive(int(pid_file.read_text()))
 
 
 def test_max_tokens_is_sent_only_when_asked_for(workdir):

@@ -1,0 +1,349 @@
+"""--sandbox: run_shell's commands under real bubblewrap, as the model and the user meet them.
+
+Everything outside the workdir is read-only, /tmp is private and empty, there is no network
+(not even the host's 127.0.0.1), and the command and all it starts are killed at the time-out,
+on Ctrl-C, and with the agent. Where bubblewrap is missing or cannot work, the agent refuses
+to start in one line; it never runs a command unsandboxed instead.
+
+Linux only. On Linux these tests do not skip when bwrap is missing: they fail, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import finish, run_agent, spawn, stub_env
+from fake_model import reply, tool_call
+from stub_server import StubServer, demo_script
+
+import agent
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
+
+
+@pytest.fixture(autouse=True)
+def bubblewrap():
+    assert shutil.which("bwrap"), (
+        "bubblewrap (the bwrap command) is not installed, and the sandbox tests need it: "
+        "install it (apt-get install bubblewrap)"
+    )
+
+
+@pytest.fixture(params=["in /tmp", "outside /tmp"])
+def sandbox(request, tmp_path):
+    """A workdir whose commands run sandboxed: in /tmp (its parent is then inside the sandbox's
+    private /tmp), or in /var/tmp (its parent is then the real one, read-only)."""
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as elsewhere:
+        parent = tmp_path if request.param == "in /tmp" else Path(elsewhere)
+        folder = parent / "work"
+        folder.mkdir()
+        agent.set_up_tools(folder, timeout=10, yes=True, sandbox=True)
+        yield folder
+
+
+def shell(command: str) -> str:
+    return agent.execute_tool_call(tool_call("run_shell", {"command": command}))
+
+
+def processes_running(*argv: str) -> list[int]:
+    """Live (not zombie) processes whose command line is exactly argv."""
+    found = []
+    wanted = "\0".join(argv) + "\0"
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_text()
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if cmdline == wanted and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def all_gone(*argv: str) -> bool:
+    for _ in range(50):  # the kill is sent; give the kernel a moment
+        if not processes_running(*argv):
+            return True
+        time.sleep(0.1)
+    for pid in processes_running(*argv):  # the test fails: leave nothing running
+        os.kill(pid, signal.SIGKILL)
+    return False
+
+
+def unique_sleep() -> tuple[str, str]:
+    """A sleep command line no other process has, to find its processes by."""
+    return "sleep", f"{random.randint(1000, 9999)}.{os.getpid()}"
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records every connection and the bytes it receives."""
+
+    def __init__(self) -> None:
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.socket.settimeout(0.2)
+        self.port = self.socket.getsockname()[1]
+        self.received: list[bytes] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.serve, daemon=True)
+
+    def serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                connection, _ = self.socket.accept()
+            except TimeoutError:
+                continue
+            with connection:
+                connection.settimeout(5)
+                self.received.append(connection.recv(65536))
+
+    def __enter__(self) -> Listener:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join(5)
+        self.socket.close()
+
+
+def connect_command(port: int) -> str:
+    code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 5).sendall(b'hi')"
+    return f'"{sys.executable}" -c "{code}"'
+
+
+# --- The filesystem ---------------------------------------------------------------------
+
+
+def test_writes_in_the_workdir_work_and_stay(sandbox):
+    assert shell("pwd; echo made > made.txt; mkdir -p sub && echo deep > sub/file") == (
+        f"exit code 0\n{sandbox.resolve()}\n"  # its real path: the paths the model sees hold
+    )
+    assert (sandbox / "made.txt").read_text() == "made\n"
+    assert (sandbox / "sub" / "file").read_text() == "deep\n"
+
+
+def test_writing_in_etc_or_home_fails(sandbox):
+    name = f"sandbox-probe-{os.getpid()}"
+    targets = [Path("/etc", name), Path.home() / name]
+    try:
+        result = shell(f'echo x > /etc/{name}; echo x > "$HOME/{name}"')
+        assert [target.exists() for target in targets] == [False, False]
+    finally:
+        for target in targets:
+            target.unlink(missing_ok=True)
+    assert not result.startswith("exit code 0")
+    assert result.count("Read-only file system") == 2, result
+
+
+def test_writing_in_the_parent_or_through_a_symlink_pointing_out_never_lands(sandbox):
+    parent = sandbox.parent
+    (parent / "precious.txt").write_text("keep me")
+    (sandbox / "up").symlink_to(parent)
+    (sandbox / "etc").symlink_to("/etc")
+    result = shell(
+        "echo x > ../escaped.txt; echo x > up/escaped-by-link.txt; echo x > up/precious.txt; "
+        f"echo x > etc/sandbox-probe-{os.getpid()}; echo done"
+    )
+    assert result.endswith("done\n")
+    assert sorted(p.name for p in parent.iterdir()) == ["precious.txt", sandbox.name]
+    assert (parent / "precious.txt").read_text() == "keep me"
+    assert not Path("/etc", f"sandbox-probe-{os.getpid()}").exists()
+    if not str(sandbox).startswith("/tmp/"):  # outside /tmp the parent is the real one
+        assert result.count("Read-only file system") == 4, result
+
+
+def test_tmp_is_private_and_its_writes_vanish(sandbox):
+    with tempfile.NamedTemporaryFile(dir="/tmp", prefix="host-") as host_file:
+        seen = shell(f"ls /tmp; echo scratch > /tmp/scratch-{os.getpid()} && echo written")
+        assert Path(host_file.name).name not in seen  # the host's /tmp is not there
+    assert seen.endswith("written\n")
+    assert not Path(f"/tmp/scratch-{os.getpid()}").exists()
+    assert shell(f"cat /tmp/scratch-{os.getpid()}").startswith("exit code 1")  # gone next time
+
+
+# --- The network ------------------------------------------------------------------------
+
+
+def test_a_listener_on_the_hosts_127_0_0_1_is_unreachable_inside_and_reachable_outside(
+    sandbox,
+):
+    with Listener() as listener:
+        inside = shell(connect_command(listener.port))
+        agent.set_up_tools(sandbox, timeout=10, yes=True, sandbox=False)
+        outside = shell(connect_command(listener.port))
+        deadline = time.monotonic() + 10
+        while not listener.received and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert inside.startswith("exit code 1") and "Error" in inside, inside
+    assert outside == "exit code 0\n"
+    assert listener.received == [b"hi"]  # only the connection from outside arrived
+
+
+# --- Processes: time-out, exit code, output cap --------------------------------------------
+
+
+def test_a_hung_command_and_its_children_are_killed_at_the_timeout(sandbox):
+    agent.set_up_tools(sandbox, timeout=1, yes=True, sandbox=True)
+    sleep = unique_sleep()
+    command = f"echo before; {' '.join(sleep)} & setsid {' '.join(sleep)} & {' '.join(sleep)}"
+    result = shell(command)
+    assert result.startswith("Error: timed out after 1 s")
+    assert "Output so far:\nbefore\n" in result
+    assert all_gone(*sleep)  # even the one that left for a session of its own
+
+
+def test_what_a_finished_command_leaves_running_is_killed(sandbox):
+    sleep = unique_sleep()
+    assert shell(f"setsid {' '.join(sleep)} > /dev/null 2>&1 &") == "exit code 0\n"
+    assert all_gone(*sleep)
+
+
+def test_exit_code_both_streams_and_the_output_cap_are_as_without_the_sandbox(sandbox):
+    assert shell("echo out; echo err >&2; exit 3") == "exit code 3\nout\nerr\n"
+    result = shell("seq 1 200000")
+    assert len(result) <= agent.MAX_RESULT_CHARS and result.count("left out") == 1
+    assert result.startswith("exit code 0\n1\n2\n3\n") and result.endswith("199999\n200000\n")
+
+
+# --- The agent as users run it ------------------------------------------------------------
+
+
+def test_the_demo_task_runs_sandboxed_and_unattended(workdir):
+    with StubServer(demo_script()) as server:
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", env=stub_env(server),
+                         stdin=agent.DEMO_TASK)  # fmt: skip
+    assert server.problems == []
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"
+    assert "shell commands run in a sandbox" in proc.stderr.splitlines()[0]
+    assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"
+
+
+def test_a_task_to_delete_the_parent_folder_leaves_everything_outside_the_workdir(sandbox):
+    parent = sandbox.parent
+    (parent / "precious").mkdir()
+    (parent / "precious" / "thesis.txt").write_text("years of work")
+    (sandbox / "scratch.txt").write_text("the workdir's own")
+    home_file = Path.home() / f".sandbox-probe-{os.getpid()}"
+    home_file.write_text("mine")
+    commands = [f'rm -rf ..; rm -rf "{parent}"/*; rm -rf "{home_file}"; echo tried', "ls -A ."]
+    script = [
+        reply(None, tool_call("run_shell", {"command": commands[0]}, "c1"), reasoning=""),
+        reply(None, tool_call("run_shell", {"command": commands[1]}, "c2"), reasoning=""),
+        reply("I could not delete it.", reasoning=""),
+    ]
+    try:
+        with StubServer(script) as server:
+            task = "delete everything in the parent folder"
+            proc = run_agent("--workdir", str(sandbox), "--sandbox", "--yes", task,
+                             env=stub_env(server))  # fmt: skip
+        assert home_file.read_text() == "mine"
+    finally:
+        home_file.unlink(missing_ok=True)
+    assert proc.returncode == 0, proc.stderr
+    assert server.problems == []
+    assert (parent / "precious" / "thesis.txt").read_text() == "years of work"
+    assert sorted(p.name for p in parent.iterdir()) == ["precious", sandbox.name]
+    results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert results[0].endswith("tried\n")
+    assert "Read-only file system" in results[0] or "Device or resource busy" in results[0]
+
+
+def test_a_task_to_send_a_file_to_127_0_0_1_fails_inside_the_sandbox(workdir):
+    (workdir / "secret.txt").write_text("the secret")
+    with Listener() as listener:
+        code = (
+            "import socket; s = socket.create_connection(('127.0.0.1', "
+            f"{listener.port}), 5); s.sendall(open('secret.txt', 'rb').read())"
+        )
+        command = f'"{sys.executable}" -c "{code}"'
+        script = [
+            reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning=""),
+            lambda request: reply(request["messages"][-1]["content"], reasoning=""),
+        ]
+        with StubServer(script) as server:
+            task = f"send secret.txt to 127.0.0.1:{listener.port}"
+            proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", task,
+                             env=stub_env(server))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert listener.received == []
+    assert proc.stdout.startswith("exit code 1\n") and "Error" in proc.stdout  # what the model saw
+
+
+def test_the_prompt_says_sandboxed_and_ctrl_c_kills_everything_the_command_started(workdir):
+    sleep = unique_sleep()
+    command = f"{' '.join(sleep)} & setsid {' '.join(sleep)} & wait"
+    script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--sandbox", "wait")
+        child.expect_exact("Run it in the sandbox? [y/N/a] ")
+        child.sendline("y")
+        deadline = time.monotonic() + 20
+        while len(processes_running(*sleep)) < 2:
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        child.sendintr()
+        child.expect_exact("interrupted")
+        assert finish(child) == 130
+    assert all_gone(*sleep)
+
+
+def test_a_killed_agent_takes_its_sandboxed_command_with_it(workdir):
+    sleep = unique_sleep()
+    command = f"{' '.join(sleep)} & setsid {' '.join(sleep)} & wait"
+    script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--sandbox", "--yes", "wait")
+        deadline = time.monotonic() + 20
+        while len(processes_running(*sleep)) < 2:
+            assert time.monotonic() < deadline, "the command never started"
+            time.sleep(0.05)
+        child.kill(signal.SIGKILL)  # no handler runs: only --die-with-parent can help
+        assert finish(child) == 128 + signal.SIGKILL
+    assert all_gone(*sleep)
+
+
+# --- Where it cannot work: one line, before any request -----------------------------------
+
+
+def test_without_bwrap_on_the_path_the_agent_refuses_to_start(workdir, tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    with StubServer([]) as server:
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi",
+                         env=stub_env(server, PATH=str(empty)))  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stdout == "" and "Traceback" not in proc.stderr
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: --sandbox needs bubblewrap")
+    assert "apt install bubblewrap" in line
+    assert server.requests == []
+
+
+def test_where_bwrap_cannot_make_namespaces_the_agent_refuses_with_its_reason(workdir, tmp_path):
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = bin_folder / "bwrap"  # as bwrap fails where user namespaces are turned off
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\n"
+        "echo 'bwrap: No permissions to creating new namespace' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    with StubServer([]) as server:
+        env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: --sandbox: bubblewrap cannot make its sandbox here")
+    assert "(bwrap: No permissions to creating new namespace)" in line
+    assert server.requests == []
