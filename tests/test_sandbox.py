@@ -30,6 +30,10 @@ import agent
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
 
+# The interpreter itself rather than the virtual environment's link to it: the sandbox's private
+# /tmp hides whatever lies under the host's /tmp, a clone with its venv there included.
+PYTHON = os.path.realpath(sys.executable)
+
 
 @pytest.fixture(autouse=True)
 def bubblewrap():
@@ -118,7 +122,7 @@ class Listener:
 
 def connect_command(port: int) -> str:
     code = f"import socket; socket.create_connection(('127.0.0.1', {port}), 5).sendall(b'hi')"
-    return f'"{sys.executable}" -c "{code}"'
+    return f'"{PYTHON}" -c "{code}"'
 
 
 # --- The filesystem ---------------------------------------------------------------------
@@ -266,7 +270,7 @@ def test_a_task_to_send_a_file_to_127_0_0_1_fails_inside_the_sandbox(workdir):
             "import socket; s = socket.create_connection(('127.0.0.1', "
             f"{listener.port}), 5); s.sendall(open('secret.txt', 'rb').read())"
         )
-        command = f'"{sys.executable}" -c "{code}"'
+        command = f'"{PYTHON}" -c "{code}"'
         script = [
             reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning=""),
             lambda request: reply(request["messages"][-1]["content"], reasoning=""),
