@@ -1132,6 +1132,7 @@ def url_hint(url: str) -> str:
     path = urlsplit(url).path.rstrip("/")
     if path.endswith("/chat/completions"):
         base = url.rstrip("/").removesuffix("/chat/completions")
+        base += "" if base.endswith("/v1") else "/v1"  # what local servers need, DeepSeek too
         return (
             "LLM_BASE_URL ends in /chat/completions, which the SDK adds itself, so the path was "
             f"doubled: set LLM_BASE_URL={base}"
@@ -1159,6 +1160,8 @@ def show_transcript(path: str) -> int:
     except (model_client.AgentError, OSError) as error:
         say(f"error: {error}")
         return 1
+    if not messages:  # an empty file: say so rather than print nothing
+        say(f"{path} holds no messages")
     for number, message in enumerate(messages, 1):
         if "cut_off" in message:  # the last line, half written when the agent was stopped
             text = one_line(message["cut_off"], 120)

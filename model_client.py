@@ -69,7 +69,15 @@ def config_file_settings() -> dict[str, str | None]:
             "save it as UTF-8"
         ) from None
     from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
 
+    # A line dotenv cannot read would be skipped with a warning, and its setting lost.
+    for binding in parse_stream(io.StringIO(text)):
+        if binding.error or (binding.key and binding.value is None):
+            raise AgentError(
+                f"{CONFIG_FILE} line {binding.original.line} is not a setting: write each one as "
+                "NAME=value on one line (such as LLM_API_KEY=sk-...), or start a comment with #"
+            )
     return dotenv_values(stream=io.StringIO(text))
 
 
@@ -113,7 +121,8 @@ def check_settings(config: dict[str, str]) -> None:
     if not config["api_key"]:
         where = f"read {CONFIG_FILE}" if os.path.exists(CONFIG_FILE) else f"found no {CONFIG_FILE}"
         miss = near_miss("LLM_API_KEY", names)
-        seen = f"; {miss} is set, but the name is LLM_API_KEY" if miss else ""
+        place = "in config.env" if miss in names else "in the environment"
+        seen = f"; {miss} is set {place}, but the name is LLM_API_KEY" if miss else ""
         raise AgentError(
             f"LLM_API_KEY is not set ({where}{seen}): put your key after LLM_API_KEY= in "
             "config.env (copy config.example.env), or set it in the environment"
@@ -353,13 +362,19 @@ def transcript_lines(path: str | os.PathLike, tolerant: bool = False) -> list[tu
         try:
             message = json.loads(line.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            if tolerant and number == lines[-1][0] and not line.endswith(b"\n"):
+            half_written = number == lines[-1][0] and not line.endswith(b"\n")  # a crash
+            if half_written and tolerant:
                 messages.append(
                     (number, {"cut_off": line.decode("utf-8", "replace"), "line": number})
                 )
                 break
+            if half_written:
+                raise AgentError(
+                    f"{path} line {number} was only partly written (is not JSON and has no line "
+                    "end): --show shows the rest; delete that line to use the file"
+                ) from None
             what = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else "not JSON"
-            detail = f" ({error.msg}, column {error.colno})" if what == "not JSON" else ""
+            detail = f" ({error.msg}: column {error.colno})" if what == "not JSON" else ""
             raise AgentError(
                 f"{path} line {number} is {what}{detail}: is it a transcript saved with --save?"
             ) from None

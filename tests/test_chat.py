@@ -312,7 +312,7 @@ def jsonl(messages: list[dict]) -> str:
 @pytest.mark.parametrize(
     "text, phrase",
     [
-        (jsonl(GOOD)[:-25], "line 5 is not JSON"),  # cut off in the middle of a line
+        (jsonl(GOOD)[:-25], "line 5 was only partly written"),  # cut off in the middle of a line
         (jsonl(GOOD)[:-1], "line 5 has no line end"),  # cut off just before the newline
         (jsonl([*GOOD[:3], {**GOOD[3], "tool_call_id": "c9"}]), "line 4 is a tool message"),
     ],

@@ -374,6 +374,13 @@ def test_show_prints_a_transcript_as_a_timeline(tmp_path):
     ]
 
 
+def test_show_of_an_empty_file_says_so(tmp_path):
+    (tmp_path / "empty.jsonl").write_text("\n")
+    proc = run_agent("--show", str(tmp_path / "empty.jsonl"), env=clean_env())
+    assert (proc.returncode, proc.stdout) == (0, "")
+    assert proc.stderr == f"{tmp_path / 'empty.jsonl'} holds no messages\n"
+
+
 def test_show_of_a_broken_file_is_a_one_line_error(tmp_path):
     (tmp_path / "bad.jsonl").write_text("{not json\n")
     proc = run_agent("--show", str(tmp_path / "bad.jsonl"), env=clean_env())

@@ -132,7 +132,26 @@ def test_a_misspelt_key_name_in_config_env_is_pointed_out(app, workdir, name):
 def test_a_misspelt_name_in_the_environment_is_pointed_out(app, workdir):
     env = clean_env(DEEPSEEK_API_KEY=KEY)
     proc = run_agent("--workdir", str(workdir), "hi", env=env, script=app / "agent.py")
-    one_line_error(proc, "LLM_API_KEY is not set", "found no", "DEEPSEEK_API_KEY")
+    line = one_line_error(proc, "LLM_API_KEY is not set", "found no", "DEEPSEEK_API_KEY")
+    assert "DEEPSEEK_API_KEY is set in the environment" in line
+
+
+@pytest.mark.parametrize(
+    "text, number",
+    [
+        (f"LLM_API_KEY: {KEY}\n", 1),  # a colon for the equals sign
+        (f"LLM_API_KEY={KEY}\nLLM_MODEL deepseek-chat\n", 2),  # would run with another model
+        (f"# my key\nLLM_API_KEY=\n{KEY}\n", 3),  # the key pasted on the next line
+    ],
+    ids=["colon", "space", "next-line"],
+)
+def test_a_config_env_line_that_is_not_a_setting_is_named(app, workdir, text, number):
+    (app / "config.env").write_text(text)
+    proc = run_agent("--workdir", str(workdir), "hi", env=clean_env(), script=app / "agent.py")
+    said = f"{app / 'config.env'} line {number} is not a setting"
+    line = one_line_error(proc, said, "NAME=value")
+    assert KEY not in line
+    assert "could not parse" not in proc.stderr  # python-dotenv's own warning, once per read
 
 
 def test_a_misspelt_model_name_setting_is_warned_about(agent_main, workdir, tmp_path):
@@ -212,6 +231,13 @@ def test_a_404_without_v1_suggests_adding_it(workdir):
 def test_a_404_with_the_endpoint_in_the_url_points_out_the_doubled_path(workdir):
     with V1Server([reply("never")], api_key=KEY) as server:
         env = stub_env(server, LLM_BASE_URL=f"{server.url}/v1/chat/completions")
+        proc = run_agent("--workdir", str(workdir), "hi", env=env)
+    one_line_error(proc, "404", "doubled", f"LLM_BASE_URL={server.url}/v1")
+
+
+def test_the_endpoint_pasted_without_v1_gets_the_whole_fix_at_once(workdir):
+    with V1Server([reply("never")], api_key=KEY) as server:
+        env = stub_env(server, LLM_BASE_URL=f"{server.url}/chat/completions")
         proc = run_agent("--workdir", str(workdir), "hi", env=env)
     one_line_error(proc, "404", "doubled", f"LLM_BASE_URL={server.url}/v1")
 
@@ -450,7 +476,7 @@ def test_show_of_a_half_written_last_line_shows_the_rest_and_marks_it(tmp_path):
     whole = run_agent("--show", str(EXAMPLE), env=clean_env()).stdout.splitlines()
     assert shown[:-1] == [line for line in whole if not line.startswith(f"{count:3} ")]
     proc = run_agent("--replay", str(transcript), "t", env=offline())
-    one_line_error(proc, f"line {count} is not JSON")  # a replay needs every reply whole
+    one_line_error(proc, f"line {count} was only partly written", "--show", "delete that line")
 
 
 # --- Files named by options -------------------------------------------------------------------
