@@ -28,7 +28,7 @@ from stub_server import StubServer, demo_script
 
 import agent
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
+pytestmark = pytest.mark.linux("bubblewrap is Linux only")
 
 
 @pytest.fixture(autouse=True)
