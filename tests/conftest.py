@@ -15,6 +15,32 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 import agent  # noqa: E402
 
+# What a marked test needs, and the systems that lack it. A test marked posix or linux may give
+# its own reason, @pytest.mark.posix("why"); the skip then names it.
+NEEDS = {
+    "posix": (
+        sys.platform == "win32",
+        "a POSIX system",
+        "a POSIX shell, process groups, signals or a pseudo-terminal (pexpect.spawn)",
+    ),
+    "linux": (sys.platform != "linux", "Linux", "/proc, bubblewrap or Linux-only behaviour"),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """Skip the tests marked posix on Windows and those marked linux elsewhere than Linux,
+    saying what is missing."""
+    for item in items:
+        for name, (missing, system, default_reason) in NEEDS.items():
+            marker = item.get_closest_marker(name)
+            if marker and missing:
+                why = marker.args[0] if marker.args else default_reason
+                item.add_marker(pytest.mark.skip(reason=f"needs {system}: {why}"))
+                break
+
+
+on_a_terminal = pytest.mark.posix("a pseudo-terminal (pexpect.spawn)")
+
 
 def clean_env(**settings: str) -> dict[str, str]:
     """The environment without any LLM_ or OPENAI_ variable of the user's, plus settings."""
@@ -64,18 +90,29 @@ def finish(child: pexpect.spawn) -> int:
     return child.exitstatus if child.exitstatus is not None else 128 + child.signalstatus
 
 
+def process_state(pid: int) -> str | None:
+    """The state letter of a process (Z for a zombie), or None if there is no such process:
+    from /proc on Linux, from ps where there is no /proc (macOS)."""
+    if sys.platform == "linux":
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().split(")")[-1].split()[0]
+        except FileNotFoundError:  # reaped
+            return None
+    ps = subprocess.run(["ps", "-o", "stat=", "-p", str(pid)], capture_output=True, text=True)
+    return ps.stdout.strip()[:1] or None  # nothing printed (and exit 1): no such process
+
+
 def alive(pid: int) -> bool:
+    """Whether a process still runs (a zombie is dead already). POSIX only: on Windows,
+    os.kill(pid, 0) would not probe but send a Ctrl-C."""
     deadline = time.monotonic() + 10  # the kill is sent; give a loaded machine time to reap
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return False
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                if f.read().split(")")[-1].split()[0] == "Z":  # a zombie is dead already
-                    return False
-        except FileNotFoundError:  # reaped in between
+        if process_state(pid) in (None, "Z"):
             return False
         time.sleep(0.1)
     return True

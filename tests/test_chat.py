@@ -13,7 +13,7 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, alive, clean_env, finish, run_agent, spawn, stub_env
+from conftest import ROOT, alive, clean_env, finish, on_a_terminal, run_agent, spawn, stub_env
 from fake_model import reply, tool_call
 from openai import OpenAI
 from stub_server import StubServer
@@ -50,6 +50,7 @@ def read_line(stream, timeout: float = 30) -> str:
     return data.decode()
 
 
+@pytest.mark.posix("select() on a pipe, which Windows allows only on sockets")
 def test_piped_chat_answers_each_turn_as_it_ends_with_a_fresh_step_budget(workdir):
     (workdir / "notes.txt").write_text("a note")
     script = [
@@ -93,6 +94,7 @@ def test_piped_chat_answers_each_turn_as_it_ends_with_a_fresh_step_budget(workdi
     assert "completion tokens 50" in err.splitlines()[-1]
 
 
+@on_a_terminal
 def test_ctrl_c_in_the_middle_turn_of_a_terminal_chat_cancels_that_turn_only(workdir, tmp_path):
     transcript = tmp_path / "chat.jsonl"
     command = "sleep 60 & echo $! > child.pid; wait"
@@ -137,6 +139,7 @@ def test_ctrl_c_in_the_middle_turn_of_a_terminal_chat_cancels_that_turn_only(wor
                                               "reasoning_content": ""}]  # fmt: skip
 
 
+@on_a_terminal
 def test_ctrl_c_while_the_model_is_asked_cancels_the_turn_and_the_prompt_comes_back(workdir):
     released = threading.Event()
 
@@ -167,6 +170,7 @@ def test_ctrl_c_while_the_model_is_asked_cancels_the_turn_and_the_prompt_comes_b
     ]  # nothing of the cancelled request's reply is kept
 
 
+@on_a_terminal
 def test_ctrl_c_at_the_chat_prompt_ends_the_session_with_130(workdir):
     with StubServer([answer("first answer")]) as server:
         child = spawn(server, "--workdir", str(workdir), "--chat", "first question")
@@ -267,6 +271,7 @@ def test_continue_answers_the_calls_a_cut_short_turn_left_open(workdir, tmp_path
     assert lines_of(transcript)[:-1] == sent
 
 
+@on_a_terminal
 def test_a_run_interrupted_during_a_command_continues_with_its_call_answered(workdir, tmp_path):
     transcript = tmp_path / "run.jsonl"
     command = "sleep 60 & echo $! > child.pid; wait"

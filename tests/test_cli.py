@@ -44,6 +44,7 @@ def assert_one_line_error(proc, *phrases: str) -> None:
         assert phrase in last
 
 
+@pytest.mark.posix("the demo task runs python3, a name Windows may not have")
 def test_the_lessons_task_end_to_end(workdir):
     with StubServer(demo_script(), api_key=KEY) as server:
         proc = run_agent(
@@ -195,6 +196,7 @@ def test_no_openai_account_settings_are_sent_to_another_provider(workdir):
     assert "sk-openai" not in str(headers) and "org-1" not in str(headers)
 
 
+@pytest.mark.posix("the demo task runs python3, a name Windows may not have")
 def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
     transcript = tmp_path / "demo.jsonl"
     with StubServer(demo_script(), api_key=KEY) as server:
@@ -282,6 +284,7 @@ READ_STDIN = 'read line; echo "read exit $?: $line"'
 NOTHING_READ = "exit code 0\nread exit 1: \n"
 
 
+@pytest.mark.posix("the command uses /bin/sh's read, $? and $line")
 def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_an_open_pipe(workdir):
     script = [
         reply(None, tool_call("run_shell", {"command": READ_STDIN}, "c1"), reasoning=""),
@@ -389,6 +392,7 @@ def test_show_of_a_broken_file_is_a_one_line_error(tmp_path):
     assert_one_line_error(proc, "missing.jsonl")
 
 
+@pytest.mark.posix("the demo task runs python3, a name Windows may not have")
 def test_the_example_transcript_replays_offline_with_no_key(workdir):
     example = ROOT / "examples" / "tool_demo.jsonl"
     offline = clean_env(LLM_API_KEY="", LLM_BASE_URL=f"http://127.0.0.1:{free_port()}")

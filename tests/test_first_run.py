@@ -15,7 +15,7 @@ import sys
 
 import pexpect
 import pytest
-from conftest import ROOT, clean_env, run_agent, stub_env
+from conftest import ROOT, clean_env, on_a_terminal, run_agent, stub_env
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer
 
@@ -197,6 +197,7 @@ def test_a_key_pasted_with_bearer_is_refused_before_any_request(workdir):
     assert server.headers == []
 
 
+@pytest.mark.posix("/bin/sh expands $LLM_API_KEY; cmd.exe would echo it as typed")
 def test_config_env_is_not_passed_on_to_shell_commands(agent_main, workdir, tmp_path):
     script = [
         reply(None, tool_call("run_shell", {"command": "echo key=$LLM_API_KEY"}, "c1")),
@@ -340,6 +341,7 @@ def test_a_time_out_is_worded_as_a_time_out():
     assert "sent nothing for 0.2 s" in line and "--request-timeout" in line
 
 
+@on_a_terminal
 def test_a_server_that_never_answers_shows_the_seconds_then_times_out_in_one_line(workdir):
     with socket.socket() as silent:  # accepts connections (the kernel does), never answers
         silent.bind(("127.0.0.1", 0))
@@ -364,6 +366,7 @@ def test_a_server_that_never_answers_shows_the_seconds_then_times_out_in_one_lin
 # --- Output the console cannot encode ---------------------------------------------------------
 
 
+@pytest.mark.posix("stdout to a file ends lines with \\n, not \\r\\n")
 def test_an_answer_the_console_cannot_encode_still_reaches_the_file(workdir, tmp_path):
     answer = tmp_path / "answer.txt"
     script = [
@@ -524,6 +527,7 @@ def test_reading_the_task_from_a_pipe_says_so_first_and_how_to_end_it(workdir):
     assert server.requests[0]["messages"][1]["content"] == "the task"
 
 
+@on_a_terminal
 def test_a_replay_answered_n_says_once_that_it_left_the_recorded_path(workdir):
     child = pexpect.spawn(
         sys.executable, [str(ROOT / "agent.py"), "--workdir", str(workdir), "--replay",
@@ -540,6 +544,7 @@ def test_a_replay_answered_n_says_once_that_it_left_the_recorded_path(workdir):
     assert output.index("left the recorded path") > output.index("did not approve")
 
 
+@pytest.mark.posix("the demo task runs python3, a name Windows may not have")
 def test_a_faithful_replay_says_nothing_about_the_recorded_path(agent_main, workdir):
     proc = agent_main("--workdir", str(workdir), "--yes", "--replay", str(EXAMPLE), env={})
     assert proc.returncode == 0, proc.stderr
@@ -548,7 +553,7 @@ def test_a_faithful_replay_says_nothing_about_the_recorded_path(agent_main, work
 
 # --- An old Python -----------------------------------------------------------------------------
 
-SOURCE = (ROOT / "agent.py").read_text()
+SOURCE = (ROOT / "agent.py").read_text(encoding="utf-8")
 
 
 def test_agent_py_parses_as_python_3_8_and_checks_the_version_before_importing_more():

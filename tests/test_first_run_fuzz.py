@@ -93,6 +93,7 @@ def call_main(monkeypatch, capsys, args: list[str], config: bytes | None, env: d
     return code
 
 
+@pytest.mark.posix("environment values made from any bytes (os.fsdecode), which Windows refuses")
 @FUZZ
 @given(
     config=st.none() | config_files,
@@ -148,6 +149,7 @@ transcripts = st.one_of(
 )
 
 
+@pytest.mark.posix("the agent opens a NamedTemporaryFile that is still open, which Windows refuses")
 @FUZZ
 @given(data=transcripts, option=st.sampled_from(["--show", "--replay"]))
 def test_no_bad_transcript_escapes_main(monkeypatch, capsys, data, option):

@@ -11,10 +11,10 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pexpect
-from conftest import ROOT, clean_env, finish, run_agent, spawn, stub_env
+from conftest import ROOT, clean_env, finish, on_a_terminal, run_agent, spawn, stub_env
 from stub_server import StubServer, demo_script
 
-LAUNCH = json.loads((ROOT / ".vscode" / "launch.json").read_text())
+LAUNCH = json.loads((ROOT / ".vscode" / "launch.json").read_text(encoding="utf-8"))
 CONFIGS = {config["name"]: config for config in LAUNCH["configurations"]}
 TASK = "count the files"
 
@@ -50,6 +50,7 @@ def test_the_typed_task_configuration_sends_the_task(workdir):
     assert server.requests[0]["messages"][1]["content"] == TASK
 
 
+@on_a_terminal
 def test_the_demo_configuration_runs_the_lesson_on_a_terminal(workdir):
     config = CONFIGS["Agent: the lesson's demo task"]
     with StubServer(demo_script()) as server:
@@ -125,6 +126,7 @@ def test_pycharm_arguments_survive_a_project_folder_with_spaces():
     assert command_line(typed, project)[:2] == ["--workdir", f"{project}/playground"]
 
 
+@on_a_terminal
 def test_the_pycharm_replay_configuration_runs_offline_with_no_key(workdir):
     config = RUN_CONFIGS["Agent: replay the example (no API key)"]
     offline = clean_env(LLM_API_KEY="", LLM_BASE_URL="http://127.0.0.1:9")  # no key, no server
@@ -136,6 +138,7 @@ def test_the_pycharm_replay_configuration_runs_offline_with_no_key(workdir):
     assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"
 
 
+@on_a_terminal
 def test_the_pycharm_typed_task_configuration_sends_the_task(workdir):
     config = RUN_CONFIGS["Agent: a task typed at launch"]
     with StubServer([{"role": "assistant", "content": "2 files"}]) as server:
@@ -145,6 +148,7 @@ def test_the_pycharm_typed_task_configuration_sends_the_task(workdir):
     assert server.requests[0]["messages"][1]["content"] == TASK
 
 
+@on_a_terminal
 def test_the_pycharm_demo_configuration_runs_the_lesson(workdir):
     config = RUN_CONFIGS["Agent: the lesson's demo task"]
     with StubServer(demo_script()) as server:

@@ -9,10 +9,11 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pexpect
+import pytest
 from conftest import ROOT, clean_env, run_agent
 
-README = (ROOT / "README.md").read_text()
-AGENT = (ROOT / "agent.py").read_text()
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+AGENT = (ROOT / "agent.py").read_text(encoding="utf-8")
 
 
 def finish_reason_line() -> int:
@@ -43,6 +44,7 @@ def test_the_pdb_breakpoint_in_the_readme_is_the_finish_reason_line():
     )
 
 
+@pytest.mark.posix("pdb on a pseudo-terminal (pexpect.spawn)")
 def test_the_readme_pdb_commands_stop_at_that_line():
     (command,) = re.findall(r"^python -m pdb (agent\.py .*)$", README, re.MULTILINE)
     child = pexpect.spawn(

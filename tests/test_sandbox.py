@@ -28,7 +28,7 @@ from stub_server import StubServer, demo_script
 
 import agent
 
-pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="bubblewrap is Linux only")
+pytestmark = pytest.mark.linux("bubblewrap is Linux only")
 
 # The interpreter itself rather than the virtual environment's link to it: the sandbox's private
 # /tmp hides whatever lies under the host's /tmp, a clone with its venv there included.

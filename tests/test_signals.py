@@ -16,10 +16,6 @@ from conftest import ROOT, alive, run_agent, stub_env
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
-pytestmark = pytest.mark.skipif(
-    sys.platform != "linux", reason="POSIX signals, process groups, and /proc to find them"
-)
-
 # The agent, with subprocess.Popen made to signal the agent itself as soon as the command has
 # started: the signal is there before run_shell is back from starting it. (Other processes,
 # such as the ones the SDK starts to learn the platform, start unsignalled.)
@@ -64,6 +60,7 @@ def group_is_gone(group: int) -> bool:
     return False
 
 
+@pytest.mark.linux("finds the process group in /proc; --sandbox needs bubblewrap")
 @pytest.mark.parametrize(
     "signal_name, exit_code", [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)]
 )
@@ -97,6 +94,7 @@ def test_a_signal_the_moment_the_command_starts_still_kills_it(
             os.killpg(group, signal.SIGKILL)
 
 
+@pytest.mark.posix("SIGTERM, and a command for /bin/sh")
 def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     command = "sleep 60 & echo $! > child.pid; wait"
     script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]

@@ -12,7 +12,7 @@ import time
 
 import pexpect
 import pytest
-from conftest import ROOT, clean_env, finish, run_agent, stub_env
+from conftest import ROOT, clean_env, finish, on_a_terminal, run_agent, stub_env
 from fake_model import reply, tool_call
 from stub_server import Streamed, StubServer, demo_script
 
@@ -39,6 +39,10 @@ def every_shape() -> list:
 
 
 SCRIPTS = {"the lesson's demo": demo_script, "every shape and field": every_shape}
+NAMES = [
+    pytest.param("the lesson's demo", marks=pytest.mark.posix("the demo task runs python3")),
+    "every shape and field",
+]
 
 
 def session(tmp_path, name: str, script: list, *options: str):
@@ -56,7 +60,7 @@ def session(tmp_path, name: str, script: list, *options: str):
     return proc, server, saved.read_text()
 
 
-@pytest.mark.parametrize("name", SCRIPTS)
+@pytest.mark.parametrize("name", NAMES)
 def test_a_streamed_run_equals_a_plain_run(tmp_path, name):
     plain, plain_server, plain_saved = session(tmp_path, "plain", SCRIPTS[name](), "--no-stream")
     streamed, server, saved = session(tmp_path, "streamed", SCRIPTS[name](), "--stream")
@@ -153,6 +157,7 @@ def spawn(server, *args: str, **settings: str) -> pexpect.spawn:
     )
 
 
+@on_a_terminal
 @pytest.mark.parametrize("no_color", [False, True])
 def test_thinking_appears_before_the_reply_finishes(workdir, no_color):
     hold = threading.Event()
@@ -176,6 +181,7 @@ def test_thinking_appears_before_the_reply_finishes(workdir, no_color):
     assert server.problems == []
 
 
+@on_a_terminal
 def test_the_approval_prompt_works_while_streaming(workdir, tmp_path):
     command = "echo hi > hi.txt"
     call = tool_call("run_shell", {"command": command}, "c1")
@@ -195,6 +201,7 @@ def test_the_approval_prompt_works_while_streaming(workdir, tmp_path):
     assert server.problems == []
 
 
+@on_a_terminal
 def test_ctrl_c_while_streaming_exits_130_and_keeps_nothing_partial(workdir, tmp_path):
     hold = threading.Event()
     transcript = tmp_path / "t.jsonl"
@@ -212,6 +219,7 @@ def test_ctrl_c_while_streaming_exits_130_and_keeps_nothing_partial(workdir, tmp
     ]
 
 
+@on_a_terminal
 def test_the_waiting_line_counts_seconds_and_a_plain_answer_is_marked(workdir):
     released = threading.Event()
 

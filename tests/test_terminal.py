@@ -12,6 +12,8 @@ from conftest import alive, finish, spawn
 from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
+pytestmark = pytest.mark.posix("a pseudo-terminal (pexpect.spawn), Ctrl-C and /bin/sh")
+
 
 def shell_call(call_id: str, command: str) -> dict:
     return reply(None, tool_call("run_shell", {"command": command}, call_id), reasoning="")

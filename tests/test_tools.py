@@ -36,6 +36,7 @@ def test_paths_outside_the_workdir_are_refused(tools, path):
     assert not (tools.parent / "outside.txt").exists()
 
 
+@pytest.mark.posix("symlinks, which Windows lets only privileged users make")
 def test_a_symlink_pointing_out_is_refused_both_ways(tools):
     secret = tools.parent / "secret.txt"
     secret.write_text("secret")
@@ -81,6 +82,7 @@ def test_write_file_creates_folders_and_reports_what_it_wrote(tools):
     assert (tools / "a/b/c.txt").read_text(encoding="utf-8") == "héllo"
 
 
+@pytest.mark.posix("file modes")
 def test_write_file_replaces_atomically_and_keeps_the_mode(tools):
     script = tools / "run.sh"
     script.write_text("old")
@@ -91,6 +93,7 @@ def test_write_file_replaces_atomically_and_keeps_the_mode(tools):
     assert sorted(p.name for p in tools.iterdir()) == ["run.sh"]  # no temporary file left
 
 
+@pytest.mark.posix("file modes and the umask")
 def test_the_old_mode_is_kept_under_a_restrictive_umask(tools):
     shared = tools / "shared.txt"
     shared.write_text("old")
@@ -104,6 +107,7 @@ def test_the_old_mode_is_kept_under_a_restrictive_umask(tools):
     assert stat.S_IMODE(shared.stat().st_mode) == 0o664
 
 
+@pytest.mark.posix("file modes and the umask")
 def test_a_new_file_gets_the_usual_permissions(tools):
     call("write_file", path="new.txt", content="x")
     umask = os.umask(0)
@@ -163,6 +167,7 @@ print(json.dumps({"result": result, "cpu": cpu, "grown": after.ru_maxrss - befor
 """
 
 
+@pytest.mark.linux("RLIMIT_AS, and ru_maxrss in KiB (bytes on macOS)")
 def test_read_file_of_a_huge_sparse_file_reads_only_its_ends(tools):
     size = 20 * 2**30  # 20 GiB, almost all of it a hole: it takes no disk space
     with open(tools / "huge.bin", "wb") as f:
@@ -210,17 +215,20 @@ def test_every_tool_result_is_capped(tools):
 # --- run_shell ---------------------------------------------------------------------------
 
 
+@pytest.mark.posix("/bin/sh: ; and exit")
 def test_run_shell_reports_exit_code_and_both_streams(tools):
     result = call("run_shell", command="echo out; echo err >&2; exit 3")
     assert result == "exit code 3\nout\nerr\n"
 
 
+@pytest.mark.posix("pwd")
 def test_run_shell_runs_in_the_workdir(tools):
     # That its stdin is closed is tested in test_cli.py and test_terminal.py, where the agent's
     # own stdin is a pipe or a terminal (here, pytest's fd 0 is /dev/null already).
     assert call("run_shell", command="pwd") == f"exit code 0\n{tools.resolve()}\n"
 
 
+@pytest.mark.posix("seq")
 def test_long_shell_output_is_capped_with_head_and_tail(tools):
     result = call("run_shell", command="seq 1 200000")
     assert len(result) <= agent.MAX_RESULT_CHARS and result.count("left out") == 1
@@ -231,6 +239,7 @@ def test_long_shell_output_is_capped_with_head_and_tail(tools):
     assert kept + omitted == len("\n".join(map(str, range(1, 200001)))) + 1
 
 
+@pytest.mark.posix("yes")
 def test_endless_output_does_not_fill_memory(tools):
     agent.set_up_tools(tools, timeout=1, yes=True)
     result = call("run_shell", command="yes")
@@ -238,6 +247,7 @@ def test_endless_output_does_not_fill_memory(tools):
     assert len(result) <= agent.MAX_RESULT_CHARS and result.count("characters left out") == 1
 
 
+@pytest.mark.posix("sleep, & and $! in /bin/sh")
 def test_a_timeout_kills_the_whole_process_group(tools):
     agent.set_up_tools(tools, timeout=1, yes=True)
     started = time.monotonic()
@@ -251,6 +261,7 @@ def test_a_timeout_kills_the_whole_process_group(tools):
     assert not alive(child)
 
 
+@pytest.mark.posix("sleep, & and $! in /bin/sh, /dev/null")
 def test_what_a_finished_command_leaves_running_is_killed(tools):
     result = call("run_shell", command="sleep 60 > /dev/null 2>&1 & echo $! > child.pid")
     assert result == "exit code 0\n"

@@ -21,7 +21,6 @@ build-essential) and takes about 15 minutes on two cores; only the server target
 
 from __future__ import annotations
 
-import fcntl
 import os
 import shutil
 import socket
@@ -323,6 +322,8 @@ def pip(*args: str, what: str) -> None:
 def locked(folder: Path):
     """Hold folder/.lock, so two test runs at once do not build or fetch the same thing twice."""
     folder.mkdir(parents=True, exist_ok=True)
+    import fcntl  # here, not at the top: Windows has no fcntl, and collecting must work there
+
     with open(folder / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield

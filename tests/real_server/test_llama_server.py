@@ -20,7 +20,10 @@ import model_client
 
 from .recording_proxy import Exchange, RecordingProxy
 
-pytestmark = pytest.mark.real_server
+pytestmark = [
+    pytest.mark.real_server,
+    pytest.mark.posix("builds llama-server with make and locks its cache with fcntl"),
+]
 
 # One step takes 5 to 40 s here; a loaded two-core machine may take several times that.
 AGENT_TIMEOUT = 480
