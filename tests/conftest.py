@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -100,6 +101,15 @@ def finish(child: pexpect.spawn) -> int:
     return child.exitstatus if child.exitstatus is not None else 128 + child.signalstatus
 
 
+def wait_for(condition, failure: str = "the command never started", seconds: float = 30) -> None:
+    """Wait until condition() is true; fail with failure after seconds, as long as pexpect
+    waits for a child's next step."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, failure
+        time.sleep(0.05)
+
+
 def process_state(pid: int) -> str | None:
     """The state letter of a process (Z for a zombie), or None if there is no such process:
     from /proc on Linux, from ps where there is no /proc (macOS)."""
@@ -126,6 +136,16 @@ def alive(pid: int) -> bool:
             return False
         time.sleep(0.1)
     return True
+
+
+@pytest.fixture
+def app(tmp_path: Path) -> Path:
+    """agent.py and model_client.py in a folder of their own, so config.env is the test's."""
+    folder = tmp_path / "app"
+    folder.mkdir()
+    for name in ("agent.py", "model_client.py"):
+        shutil.copy(ROOT / name, folder / name)
+    return folder
 
 
 @pytest.fixture

@@ -13,7 +13,17 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, alive, clean_env, finish, on_a_terminal, run_agent, spawn, stub_env
+from conftest import (
+    ROOT,
+    alive,
+    clean_env,
+    finish,
+    on_a_terminal,
+    run_agent,
+    spawn,
+    stub_env,
+    wait_for,
+)
 from fake_model import reply, tool_call
 from openai import OpenAI
 from stub_server import StubServer
@@ -114,10 +124,7 @@ def test_ctrl_c_in_the_middle_turn_of_a_terminal_chat_cancels_that_turn_only(wor
         child.expect_exact("> ")
         child.sendline("run the long command")
         pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
         child.sendintr()
         child.expect_exact("interrupted: the turn was cancelled")
         child.expect_exact("> ")
@@ -280,10 +287,7 @@ def test_a_run_interrupted_during_a_command_continues_with_its_call_answered(wor
     with StubServer(script) as server:  # one server: it checks the prefix across both runs
         child = spawn(server, "--workdir", str(workdir), "--yes", "--save", str(transcript), "go")
         pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
         child.sendintr()
         assert finish(child) == 130  # without --chat, Ctrl-C ends the run as always
         saved = transcript.read_bytes()

@@ -4,23 +4,11 @@ folder so that its config.env is the test's own, never a developer's."""
 
 from __future__ import annotations
 
-import shutil
-
-import pytest
 from conftest import ROOT, clean_env, run_agent
 from fake_model import reply
 from stub_server import StubServer
 
 import model_client
-
-
-@pytest.fixture
-def app(tmp_path):
-    folder = tmp_path / "app"
-    folder.mkdir()
-    for name in ("agent.py", "model_client.py"):
-        shutil.copy(ROOT / name, folder / name)
-    return folder
 
 
 def write_config(app, **settings: str) -> None:

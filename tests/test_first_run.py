@@ -8,7 +8,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -24,16 +23,6 @@ import model_client
 
 KEY = "test-key-first-run-0123456789"
 EXAMPLE = ROOT / "examples" / "tool_demo.jsonl"
-
-
-@pytest.fixture
-def app(tmp_path):
-    """agent.py and model_client.py in a folder of their own, so config.env is the test's."""
-    folder = tmp_path / "app"
-    folder.mkdir()
-    for name in ("agent.py", "model_client.py"):
-        shutil.copy(ROOT / name, folder / name)
-    return folder
 
 
 def one_line_error(proc, *phrases: str) -> str:

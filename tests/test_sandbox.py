@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import finish, run_agent, spawn, stub_env
+from conftest import finish, run_agent, spawn, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
@@ -292,10 +292,7 @@ def test_the_prompt_says_sandboxed_and_ctrl_c_kills_everything_the_command_start
         child = spawn(server, "--workdir", str(workdir), "--sandbox", "wait")
         child.expect_exact("Run it in the sandbox? [y/N/a] ")
         child.sendline("y")
-        deadline = time.monotonic() + 20
-        while len(processes_running(*sleep)) < 2:
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(lambda: len(processes_running(*sleep)) >= 2)
         child.sendintr()
         child.expect_exact("interrupted")
         assert finish(child) == 130
@@ -308,10 +305,7 @@ def test_a_killed_agent_takes_its_sandboxed_command_with_it(workdir):
     script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
     with StubServer(script) as server:
         child = spawn(server, "--workdir", str(workdir), "--sandbox", "--yes", "wait")
-        deadline = time.monotonic() + 20
-        while len(processes_running(*sleep)) < 2:
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(lambda: len(processes_running(*sleep)) >= 2)
         child.kill(signal.SIGKILL)  # no handler runs: only --die-with-parent can help
         assert finish(child) == 128 + signal.SIGKILL
     assert all_gone(*sleep)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, alive, run_agent, stub_env
+from conftest import ROOT, alive, run_agent, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
@@ -105,10 +105,7 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 20
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
         agent_process.send_signal(signal.SIGTERM)
         _, err = agent_process.communicate(timeout=10)
     assert agent_process.returncode == 128 + signal.SIGTERM

@@ -8,7 +8,7 @@ import threading
 import time
 
 import pytest
-from conftest import alive, finish, spawn
+from conftest import alive, finish, spawn, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
@@ -86,10 +86,7 @@ def test_ctrl_c_during_a_command_kills_it_and_keeps_the_transcript(workdir, tmp_
             child.expect_exact("Run it? [y/N/a] ")
             child.sendline("y")
         pid_file = workdir / "child.pid"
-        deadline = time.monotonic() + 30
-        while not (pid_file.exists() and pid_file.read_text().strip()):
-            assert time.monotonic() < deadline, "the command never started"
-            time.sleep(0.05)
+        wait_for(lambda: pid_file.exists() and pid_file.read_text().strip())
         child.sendintr()
         child.expect_exact("interrupted", timeout=20)  # not after the command's own 60 s
         assert finish(child) == 130
