@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -32,8 +33,6 @@ def pytest_configure(config):
     """Run as a background job of a script (`pytest &`), pytest starts with Ctrl-C ignored, and
     so would every agent it starts: the Ctrl-C tests would then wait for commands to time out.
     The agents get Ctrl-C as on a user's terminal; SIGHUP ignored by nohup is left alone."""
-    import signal
-
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -157,10 +157,7 @@ def test_ctrl_c_while_the_model_is_asked_cancels_the_turn_and_the_prompt_comes_b
     with StubServer([slow_reply, answer("second answer")]) as server:
         child = spawn(server, "--workdir", str(workdir), "--chat", "think hard")
         child.expect_exact("[1] waiting for the model...")
-        deadline = time.monotonic() + 30
-        while not server.requests:
-            assert time.monotonic() < deadline, "the request never arrived"
-            time.sleep(0.05)
+        wait_for(lambda: server.requests, "the request never arrived")
         child.sendintr()
         child.expect_exact("interrupted: the turn was cancelled")
         child.expect_exact("> ")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from conftest import alive, finish, spawn, wait_for
@@ -109,10 +108,7 @@ def test_ctrl_c_while_waiting_for_the_model_exits_130(workdir, tmp_path):
     with StubServer([slow_reply]) as server:
         child = spawn(server, "--workdir", str(workdir), "think hard")
         child.expect_exact("[1] waiting for the model...")  # shown on a terminal
-        deadline = time.monotonic() + 30
-        while not server.requests:
-            assert time.monotonic() < deadline, "the request never arrived"
-            time.sleep(0.05)
+        wait_for(lambda: server.requests, "the request never arrived")
         child.sendintr()
         child.expect_exact("interrupted")
         assert finish(child) == 130
