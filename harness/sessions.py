@@ -19,7 +19,7 @@ import re
 import secrets
 import shlex
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -176,9 +176,9 @@ def list_sessions(folder: str | os.PathLike, limit: int | None = LIST_LIMIT) -> 
 
 
 def summarize(path: str | os.PathLike, mtime: float | None = None) -> Session:
-    """One transcript's row. The file is read once and scanned for the lines that matter (the
-    session event, user messages, usage events); only those few are parsed, not the tool
-    results that make a transcript large. A half-written last line is left out."""
+    """One transcript's row. The file is read once and searched for the lines that matter (the
+    session event, user messages, usage events); only those are parsed, not the tool results
+    that make a transcript large. A half-written last line is left out."""
     path = Path(path)
     session = Session(id=_id_of(path), path=path, changed=mtime or 0.0)
     try:
@@ -190,16 +190,15 @@ def summarize(path: str | os.PathLike, mtime: float | None = None) -> Session:
         session.problem = f"cannot read it: {error.strerror}"
         return session
     end = data.rfind(b"\n") + 1  # whole lines only: a crash can leave the last one half-written
-    first = _parse(data, 0, data.find(b"\n", 0, end)) if _SESSION.match(data, 0, end) else None
-    if isinstance(first, dict) and first.get("event") == "session":
-        session.workdir = _text(first.get("workdir"))
-        session.model = _text(first.get("model"))
-    for start, stop in _top_level(data, end, _USER_ANYWHERE, _USER, "role", "user"):
-        if session.turns == 0:
-            session.task = _task_text(_parse(data, start, stop))
-        session.turns += 1
-    for start, stop in _top_level(data, end, _USAGE_ANYWHERE, _USAGE, "event", "usage"):
-        usage = _parse(data, start, stop)
+    if _SESSION.first.match(data, 0, end):
+        first = _parse(data[: data.find(b"\n")])
+        if isinstance(first, dict) and first.get("event") == "session":
+            session.workdir = _text(first.get("workdir"))
+            session.model = _text(first.get("model"))
+    users = _lines(data, end, _USER)
+    session.turns = len(users)
+    session.task = _task_text(_parse(users[0])) if users else None
+    for usage in _parse_all(_lines(data, end, _USAGE)):
         cost = usage.get("cost") if isinstance(usage, dict) else None
         if isinstance(cost, int | float) and not isinstance(cost, bool):
             currency = _text(usage.get("currency")) or ""
@@ -209,40 +208,62 @@ def summarize(path: str | os.PathLike, mtime: float | None = None) -> Session:
     return session
 
 
-def _pattern(key: str, value: str, first: bool) -> re.Pattern[bytes]:
-    pair = rb'"%s"\s*:\s*"%s"' % (key.encode(), value.encode())
-    return re.compile(rb"\{\s*" + pair if first else pair)
+class _Pair:
+    """A line's top-level "key": "value", as the agent writes it, and the patterns finding it."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.key, self.value = key, value
+        pair = rb'"%s"\s*:\s*"%s"' % (key.encode(), value.encode())
+        self.anywhere = re.compile(pair)
+        self.first = re.compile(rb"\{\s*" + pair)  # the line's first key
+        self.lines = re.compile(rb"\n(\{\s*" + pair + rb"[^\n]*)")  # later lines starting so
 
 
-# The agent writes "role" or "event" as a line's first key ({"role": "user", ...}), so a line
-# that starts so is one; where the pair appears only further on, the line is parsed to be sure.
-# Inside a JSON string the quotes are escaped (\"role\"), so text in a message cannot match.
-_SESSION = _pattern("event", "session", first=True)
-_USER, _USER_ANYWHERE = _pattern("role", "user", True), _pattern("role", "user", False)
-_USAGE, _USAGE_ANYWHERE = _pattern("event", "usage", True), _pattern("event", "usage", False)
+_SESSION, _USER, _USAGE = _Pair("event", "session"), _Pair("role", "user"), _Pair("event", "usage")
 
 
-def _top_level(
-    data: bytes, end: int, anywhere: re.Pattern, first: re.Pattern, key: str, value: str
-) -> Iterator[tuple[int, int]]:
-    """(start, stop) of each line of data[:end] that is an object whose key is value."""
-    position = 0
-    while match := anywhere.search(data, position, end):
+def _lines(data: bytes, end: int, pair: _Pair) -> list[bytes]:
+    """The lines of data[:end] that are objects with pair's key and value. The agent writes that
+    key first ({"role": "user", ...}), and inside a JSON string the quotes are escaped
+    (\\"role\\"), so when each place the pair occurs begins a line, those lines are the ones,
+    found by two regular-expression searches. Else (another writer's key order, an event that
+    holds messages) each line it occurs in is parsed to be sure."""
+    lines = pair.lines.findall(data, 0, end)  # the lines after the first
+    if pair.first.match(data, 0, end):
+        lines.insert(0, data[: data.find(b"\n")])
+    if len(lines) == len(pair.anywhere.findall(data, 0, end)):
+        return lines
+    found, position = [], 0
+    while match := pair.anywhere.search(data, position, end):
         start = data.rfind(b"\n", 0, match.start()) + 1
         stop = data.find(b"\n", match.end(), end)
         position = stop + 1
-        if first.match(data, start, stop):
-            yield start, stop
-        elif (line := _parse(data, start, stop)) and isinstance(line, dict):
-            if line.get(key) == value:  # the pair was not first, or was nested in another line
-                yield start, stop
+        line = data[start:stop]
+        if pair.first.match(line):
+            found.append(line)
+        elif isinstance(parsed := _parse(line), dict) and parsed.get(pair.key) == pair.value:
+            found.append(line)  # the pair was not the first key
+    return found
 
 
-def _parse(data: bytes, start: int, stop: int):
+def _parse(line: bytes):
     try:
-        return json.loads(data[start:stop])
+        return json.loads(line)
     except ValueError:  # not JSON, not UTF-8
         return None
+
+
+def _parse_all(lines: list[bytes]) -> list:
+    """Each line parsed: in one call where all of them are JSON (thousands of usage events)."""
+    try:
+        parsed = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        parsed = None
+    return (
+        parsed
+        if isinstance(parsed, list) and len(parsed) == len(lines)
+        else list(map(_parse, lines))
+    )
 
 
 def _text(value) -> str | None:
@@ -361,9 +382,9 @@ def _session_of(path: Path) -> dict | None:
             head = file.readline(HEAD_BYTES)
     except OSError:
         return None
-    if not head.endswith(b"\n") or not _SESSION.match(head):
+    if not head.endswith(b"\n") or not _SESSION.first.match(head):
         return None
-    event = _parse(head, 0, len(head))
+    event = _parse(head)
     return event if isinstance(event, dict) and event.get("event") == "session" else None
 
 

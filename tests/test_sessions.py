@@ -38,9 +38,11 @@ def user(text: str) -> dict:
     return {"role": "user", "content": text}
 
 
-def write(path: Path, *lines: dict, tail: bytes = b"", mtime: float | None = None) -> Path:
-    """A transcript as the agent writes it (json.dumps, one a line); tail: a half-written end."""
-    path.write_bytes(b"".join(json.dumps(line).encode() + b"\n" for line in lines) + tail)
+def write(path: Path, *lines: dict | bytes, tail: bytes = b"", mtime: float | None = None) -> Path:
+    """A transcript as the agent writes it (json.dumps, one a line; bytes as they are); tail: a
+    half-written end."""
+    encoded = (line if isinstance(line, bytes) else json.dumps(line).encode() for line in lines)
+    path.write_bytes(b"".join(line + b"\n" for line in encoded) + tail)
     if mtime is not None:
         os.utime(path, (mtime, mtime))
     return path
@@ -177,10 +179,12 @@ def test_older_transcripts_half_written_lines_and_unpriced_replies(tmp_path):
         session("/w"),
         user("first"),
         usage(None),  # a server whose prices are unknown
+        usage(0.5),
+        b'{"event": "usage", "cost": 0.25,,}',  # spoilt: a reply of unknown cost
         tail=b'{"event": "usage", "created": 2, "cost": 1.5, "curr',  # cut off by a crash
     )
     row = sessions.summarize(crashed)
-    assert (row.turns, row.costs, row.unpriced) == (1, {}, 1)
+    assert (row.turns, row.costs, row.unpriced) == (1, {"USD": 0.5}, 2)
     cut_user = write(tmp_path / "cut.jsonl", user("one"), tail=b'{"role": "user", "content": "tw')
     assert sessions.summarize(cut_user).turns == 1
 
