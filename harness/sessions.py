@@ -314,7 +314,7 @@ def format_sessions(rows: list[Session], folder: str | os.PathLike, hidden: int 
     lines = [line(header), *map(line, table)]
     if hidden:
         lines.append(f"... and {hidden} older (all are in {folder})")
-    lines.append("--resume ID goes on with one (its first characters do, if no other ID has them)")
+    lines.append("continue one with --resume ID (its first characters do, if no other ID has them)")
     return lines
 
 
@@ -509,7 +509,7 @@ def check_new_save(path: str | os.PathLike) -> None:
     (not empty), pointing to --resume, so that nothing is written over or mixed in."""
     if os.path.isfile(path) and os.path.getsize(path) > 0:
         raise SessionError(
-            f"{path} already holds a conversation: go on with it with --resume {_arg(path)}, "
+            f"{path} already holds a conversation: continue it with --resume {_arg(path)}, "
             "or give --save a new file"
         )
 

@@ -334,8 +334,12 @@ def test_save_onto_a_conversation_is_refused(tmp_path):
     kept = write(tmp_path / "my run.jsonl", user("t"))
     with pytest.raises(SessionError) as error:
         sessions.check_new_save(kept)
-    assert one_line(error).startswith(f"{kept} already holds a conversation: go on with it with")
-    assert "--resume" in str(error.value) and kept.read_bytes().count(b"\n") == 1
+    quoted = f"'{kept}'" if sys.platform != "win32" else f'"{kept}"'  # as typed in a shell
+    assert one_line(error) == (
+        f"{kept} already holds a conversation: continue it with --resume {quoted}, or give "
+        "--save a new file"
+    )
+    assert kept.read_bytes().count(b"\n") == 1
 
 
 # --- One writer per transcript ------------------------------------------------------------
