@@ -1,0 +1,522 @@
+"""Sessions: every conversation kept as a transcript in a per-user folder, the recent ones
+listed (--sessions), one found again (--continue, --resume), and each transcript written by one
+agent at a time.
+
+A transcript is JSON Lines: a line with "role" is a message, a line with "event" is the agent's
+bookkeeping ({"event": "session", ...} first, {"event": "usage", ...} after each reply). The
+lock is an OS lock on the transcript itself, held while its file is open: it goes with the
+process, so a crashed or killed agent cannot leave it behind, and no lock file is left over.
+
+Standard library only; fcntl and msvcrt are imported where they are used, so this module
+imports on every system.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shlex
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import BinaryIO
+
+APP = "minimal-agent"
+SESSIONS_ENV = "LLM_SESSIONS_DIR"  # moves the sessions folder
+SUFFIX = ".jsonl"
+ID_TIME = "%Y%m%d-%H%M%S"  # UTC: IDs sort by when the conversation started
+ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o or 1/l/i: IDs are typed from a listing
+ID_RANDOM = 4  # characters after the time: two agents started in the same second differ
+LIST_LIMIT = 20  # conversations --sessions shows
+HEAD_BYTES = 64 * 1024  # the most of a first line read to look for the session event
+LOCK_OFFSET = 2**31 - 1  # Windows: the byte locked, far past any data, so no read is blocked
+TASK_WIDTH = 60
+WORKDIR_WIDTH = 32
+CURRENCY_SYMBOLS = {"USD": "$", "CNY": "¥", "EUR": "€", "GBP": "£"}
+
+
+class SessionError(Exception):
+    """A conversation that cannot be found, opened or saved as asked; the message is one line
+    and says what to do."""
+
+
+# --- Where the transcripts are --------------------------------------------------------------
+
+
+def sessions_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The per-user sessions folder: LLM_SESSIONS_DIR if set; else on Linux (and other POSIX
+    systems) $XDG_STATE_HOME/minimal-agent/sessions (~/.local/state when unset or relative),
+    on macOS ~/Library/Application Support/minimal-agent/sessions, on Windows
+    %LOCALAPPDATA%\\minimal-agent\\sessions. env: the settings (os.environ when None)."""
+    env = os.environ if env is None else env
+    chosen = env.get(SESSIONS_ENV, "").strip()
+    if chosen:
+        if chosen == "~" or chosen.startswith(("~/", "~" + os.sep)):
+            chosen = str(_home(env)) + chosen[1:]
+        return Path(os.path.abspath(chosen))
+    if sys.platform == "win32":
+        local = env.get("LOCALAPPDATA", "").strip()
+        base = Path(local) if local else _home(env) / "AppData" / "Local"
+    elif sys.platform == "darwin":
+        base = _home(env) / "Library" / "Application Support"
+    else:
+        state = env.get("XDG_STATE_HOME", "").strip()
+        # The XDG spec: a relative path is invalid and is ignored.
+        base = Path(state) if os.path.isabs(state) else _home(env) / ".local" / "state"
+    return base / APP / "sessions"
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    home = env.get("USERPROFILE" if sys.platform == "win32" else "HOME", "").strip()
+    return Path(home or os.path.expanduser("~"))
+
+
+def make_folder(folder: str | os.PathLike) -> Path:
+    """Create the sessions folder if it is missing, readable by its owner only (0o700; the
+    parents it needs get the usual permissions). An existing folder is left as it is."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        except OSError as error:
+            raise SessionError(
+                f"cannot create the sessions folder {folder}: {error.strerror or error}: set "
+                f"{SESSIONS_ENV} to a folder you can write, or give --save FILE"
+            ) from None
+    return folder
+
+
+def new_id(now: datetime | None = None) -> str:
+    """A new conversation ID: the UTC time and a few random characters, 20261204-113000-ab12."""
+    now = (now or datetime.now(UTC)).astimezone(UTC)
+    tail = "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_RANDOM))
+    return f"{now.strftime(ID_TIME)}-{tail}"
+
+
+def new_transcript(folder: str | os.PathLike, now: datetime | None = None) -> Path:
+    """The path of a new transcript in folder (made if missing). The file is created, empty and
+    readable by its owner only (0o600), so no other agent can take the same name; the listing
+    skips it until something is written to it. Its ID is the file name without .jsonl."""
+    folder = make_folder(folder)
+    for _ in range(100):
+        path = folder / (new_id(now) + SUFFIX)
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            continue
+        except OSError as error:
+            raise SessionError(
+                f"cannot create a transcript in {folder}: {error.strerror or error}: set "
+                f"{SESSIONS_ENV} to a folder you can write, or give --save FILE"
+            ) from None
+        return path
+    raise SessionError(f"cannot find a free transcript name in {folder}: try again")
+
+
+def session_event(workdir: str | os.PathLike, model: str, now: datetime | None = None) -> dict:
+    """The first line of a new transcript: where and with which model it started."""
+    started = (now or datetime.now(UTC)).astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "event": "session",
+        "workdir": os.path.realpath(workdir),
+        "model": model,
+        "started": started,
+    }
+
+
+# --- Listing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Session:
+    """What --sessions shows of one transcript."""
+
+    id: str  # the file name without .jsonl
+    path: Path
+    changed: float  # the last change (the file's mtime), seconds since the epoch
+    workdir: str | None = None  # None: an older transcript, without a session event
+    model: str | None = None
+    task: str | None = None  # the first user message, as written
+    turns: int = 0  # user messages
+    costs: dict[str, float] = field(default_factory=dict)  # currency -> sum of priced replies
+    unpriced: int = 0  # usage events without a cost
+    problem: str | None = None  # why the file could not be read, if it could not
+
+
+def transcript_files(folder: str | os.PathLike) -> list[tuple[Path, float]]:
+    """(path, mtime) of each non-empty transcript in folder, the last changed first; none for a
+    folder that does not exist."""
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    except OSError as error:
+        raise SessionError(f"cannot read the sessions folder {folder}: {error.strerror}") from None
+    files = []
+    for entry in entries:
+        if not entry.name.endswith(SUFFIX):
+            continue
+        try:
+            if entry.is_file() and (stat := entry.stat()).st_size > 0:
+                files.append((Path(entry.path), stat.st_mtime, entry.name))
+        except OSError:  # removed meanwhile
+            continue
+    files.sort(key=lambda f: (f[1], f[2]), reverse=True)
+    return [(path, mtime) for path, mtime, _ in files]
+
+
+def list_sessions(folder: str | os.PathLike, limit: int | None = LIST_LIMIT) -> list[Session]:
+    """The last changed conversations in folder, newest first, at most limit (None: all)."""
+    files = transcript_files(folder)
+    return [summarize(path, mtime) for path, mtime in files[:limit]]
+
+
+def summarize(path: str | os.PathLike, mtime: float | None = None) -> Session:
+    """One transcript's row. The file is read once and searched for the lines that matter (the
+    session event, user messages, usage events); only those are parsed, not the tool results
+    that make a transcript large. A half-written last line is left out."""
+    path = Path(path)
+    session = Session(id=_id_of(path), path=path, changed=mtime or 0.0)
+    try:
+        with open(path, "rb") as file:
+            if mtime is None:
+                session.changed = os.fstat(file.fileno()).st_mtime
+            data = file.read()
+    except OSError as error:
+        session.problem = f"cannot read it: {error.strerror}"
+        return session
+    end = data.rfind(b"\n") + 1  # whole lines only: a crash can leave the last one half-written
+    if _SESSION.first.match(data, 0, end):
+        first = _parse(data[: data.find(b"\n")])
+        if isinstance(first, dict) and first.get("event") == "session":
+            session.workdir = _text(first.get("workdir"))
+            session.model = _text(first.get("model"))
+    users = _lines(data, end, _USER)
+    session.turns = len(users)
+    session.task = _task_text(_parse(users[0])) if users else None
+    for usage in _parse_all(_lines(data, end, _USAGE)):
+        cost = usage.get("cost") if isinstance(usage, dict) else None
+        if isinstance(cost, int | float) and not isinstance(cost, bool):
+            currency = _text(usage.get("currency")) or ""
+            session.costs[currency] = session.costs.get(currency, 0.0) + cost
+        else:
+            session.unpriced += 1
+    return session
+
+
+class _Pair:
+    """A line's top-level "key": "value", as the agent writes it, and the patterns finding it."""
+
+    def __init__(self, key: str, value: str) -> None:
+        self.key, self.value = key, value
+        pair = rb'"%s"\s*:\s*"%s"' % (key.encode(), value.encode())
+        self.anywhere = re.compile(pair)
+        self.first = re.compile(rb"\{\s*" + pair)  # the line's first key
+        self.lines = re.compile(rb"\n(\{\s*" + pair + rb"[^\n]*)")  # later lines starting so
+
+
+_SESSION, _USER, _USAGE = _Pair("event", "session"), _Pair("role", "user"), _Pair("event", "usage")
+
+
+def _lines(data: bytes, end: int, pair: _Pair) -> list[bytes]:
+    """The lines of data[:end] that are objects with pair's key and value. The agent writes that
+    key first ({"role": "user", ...}), and inside a JSON string the quotes are escaped
+    (\\"role\\"), so when each place the pair occurs begins a line, those lines are the ones,
+    found by two regular-expression searches. Else (another writer's key order, an event that
+    holds messages) each line it occurs in is parsed to be sure."""
+    lines = pair.lines.findall(data, 0, end)  # the lines after the first
+    if pair.first.match(data, 0, end):
+        lines.insert(0, data[: data.find(b"\n")])
+    if len(lines) == len(pair.anywhere.findall(data, 0, end)):
+        return lines
+    found, position = [], 0
+    while match := pair.anywhere.search(data, position, end):
+        start = data.rfind(b"\n", 0, match.start()) + 1
+        stop = data.find(b"\n", match.end(), end)
+        position = stop + 1
+        line = data[start:stop]
+        if pair.first.match(line):
+            found.append(line)
+        elif isinstance(parsed := _parse(line), dict) and parsed.get(pair.key) == pair.value:
+            found.append(line)  # the pair was not the first key
+    return found
+
+
+def _parse(line: bytes):
+    try:
+        return json.loads(line)
+    except ValueError:  # not JSON, not UTF-8
+        return None
+
+
+def _parse_all(lines: list[bytes]) -> list:
+    """Each line parsed: in one call where all of them are JSON (thousands of usage events)."""
+    try:
+        parsed = json.loads(b"[" + b",".join(lines) + b"]")
+    except ValueError:
+        parsed = None
+    return (
+        parsed
+        if isinstance(parsed, list) and len(parsed) == len(lines)
+        else list(map(_parse, lines))
+    )
+
+
+def _text(value) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _task_text(message) -> str | None:
+    content = message.get("content") if isinstance(message, dict) else None
+    if isinstance(content, list):  # content parts: the text ones
+        parts = [p.get("text") for p in content if isinstance(p, dict)]
+        content = " ".join(p for p in parts if isinstance(p, str))
+    return content if isinstance(content, str) else None
+
+
+def _id_of(path: Path) -> str:
+    return path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
+
+
+def format_sessions(rows: list[Session], folder: str | os.PathLike, hidden: int = 0) -> list[str]:
+    """--sessions as text lines: a header and a line for each row (ID, last change in local
+    time, turns, cost, workdir, first task), in the rows' order; hidden: how many older ones
+    were left out. The cost is "-" when no reply was priced, and ends with "+" when some were
+    and some were not."""
+    if not rows:
+        return [f"no saved conversations yet in {folder}"]
+    table = [
+        (
+            row.id,
+            datetime.fromtimestamp(row.changed).strftime("%Y-%m-%d %H:%M"),
+            str(row.turns),
+            format_cost(row.costs, row.unpriced),
+            _short_path(row.workdir) if row.workdir else "-",
+            _one_line(f"({row.problem})" if row.problem else row.task or "-", TASK_WIDTH),
+        )
+        for row in rows
+    ]
+    header = ("ID", "last change", "turns", "cost", "workdir", "first task")
+    widths = [max(len(line[i]) for line in [header, *table]) for i in range(5)]
+    right = (False, False, True, True, False)
+
+    def line(cells: tuple[str, ...]) -> str:
+        aligned = [
+            c.rjust(w) if r else c.ljust(w)
+            for c, w, r in zip(cells[:5], widths, right, strict=True)
+        ]
+        return "  ".join([*aligned, cells[5]]).rstrip()
+
+    lines = [line(header), *map(line, table)]
+    if hidden:
+        lines.append(f"... and {hidden} older (all are in {folder})")
+    lines.append("continue one with --resume ID (its first characters do, if no other ID has them)")
+    return lines
+
+
+def sessions_report(folder: str | os.PathLike, limit: int | None = LIST_LIMIT) -> list[str]:
+    """--sessions: the last changed conversations in folder as text lines."""
+    files = transcript_files(folder)
+    rows = [summarize(path, mtime) for path, mtime in files[:limit]]
+    return format_sessions(rows, folder, hidden=len(files) - len(rows))
+
+
+def format_cost(costs: Mapping[str, float], unpriced: int = 0) -> str:
+    """$0.0042 (four decimals under 1, else two), one amount per currency; "-" when nothing
+    was priced; a "+" after it when some replies were not priced (the sum is a lower bound)."""
+    if not costs:
+        return "-"
+    amounts = []
+    for currency, amount in sorted(costs.items()):
+        number = f"{amount:.4f}" if abs(amount) < 1 else f"{amount:.2f}"
+        symbol = CURRENCY_SYMBOLS.get(currency.upper())
+        amounts.append(f"{symbol}{number}" if symbol else f"{number} {currency}".rstrip())
+    return " + ".join(amounts) + ("+" if unpriced else "")
+
+
+def _short_path(path: str) -> str:
+    home = os.path.expanduser("~")
+    if home not in ("~", os.sep) and (path == home or path.startswith(home + os.sep)):
+        path = "~" + path[len(home) :]
+    path = _visible(path)
+    return path if len(path) <= WORKDIR_WIDTH else "..." + path[-(WORKDIR_WIDTH - 3) :]
+
+
+def _one_line(text: str, width: int) -> str:
+    flat = _visible(" ".join(text.split()))
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+def _visible(text: str) -> str:
+    """Control characters as escapes: printed as they are, they would act on the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
+# --- Finding one again ------------------------------------------------------------------------
+
+
+def latest_for(workdir: str | os.PathLike, folder: str | os.PathLike) -> Path | None:
+    """-c/--continue: the last changed transcript in folder that was started in workdir (real
+    paths compared), or None. Older transcripts, without a session event, never match."""
+    wanted = _same_path(workdir)
+    for path, _ in transcript_files(folder):
+        event = _session_of(path)
+        if event and isinstance(event.get("workdir"), str):
+            if _same_path(event["workdir"]) == wanted:
+                return path
+    return None
+
+
+def _same_path(path: str | os.PathLike) -> str:
+    return os.path.normcase(os.path.realpath(path))
+
+
+def _session_of(path: Path) -> dict | None:
+    """A transcript's session event (its first line), read without reading the rest."""
+    try:
+        with open(path, "rb") as file:
+            head = file.readline(HEAD_BYTES)
+    except OSError:
+        return None
+    if not head.endswith(b"\n") or not _SESSION.first.match(head):
+        return None
+    event = _parse(head)
+    return event if isinstance(event, dict) and event.get("event") == "session" else None
+
+
+def resolve(id_or_file: str, folder: str | os.PathLike) -> Path:
+    """-r/--resume: a transcript file, or the conversation in folder with this ID, or the only
+    one whose ID starts so (case ignored). SessionError when none or several match."""
+    value = id_or_file.strip()
+    if not value:
+        raise SessionError(
+            "--resume needs a conversation's ID or a transcript file: --sessions lists them"
+        )
+    if os.path.isfile(value):
+        return Path(os.path.abspath(value))
+    if any(sep in value for sep in (os.sep, os.altsep) if sep):
+        raise SessionError(
+            f"{value}: no such file: --resume takes a transcript file or a conversation's ID "
+            "(--sessions lists them)"
+        )
+    wanted = (value[: -len(SUFFIX)] if value.endswith(SUFFIX) else value).casefold()
+    try:
+        names = sorted(n[: -len(SUFFIX)] for n in os.listdir(folder) if n.endswith(SUFFIX))
+    except OSError:
+        names = []
+    exact = [n for n in names if n.casefold() == wanted]
+    found = exact or [n for n in names if n.casefold().startswith(wanted)]
+    if len(found) == 1:
+        return Path(folder) / (found[0] + SUFFIX)
+    if not found:
+        raise SessionError(
+            f"no conversation {value} in {folder}, and no such file: --sessions lists the "
+            "recent ones with their IDs"
+        )
+    shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
+    raise SessionError(
+        f"{len(found)} conversations' IDs start with {value} ({shown}): give more of the ID "
+        "(--sessions lists them)"
+    )
+
+
+# --- One writer per transcript ----------------------------------------------------------------
+
+
+def open_for_append(path: str | os.PathLike) -> BinaryIO:
+    """Open a transcript to append to (binary; created 0o600 if new), locked for as long as the
+    file stays open: one agent writes a transcript at a time. The lock is the OS's, on the file
+    itself (flock on POSIX; on Windows one byte at LOCK_OFFSET, past any data, so reading and
+    appending are not blocked), so it ends with the process that holds it, killed or not. The
+    descriptor is not inherited by the commands the agent runs (Python's default), so none of
+    them can keep it either. SessionError, the file left as it was, if another agent has it."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+    try:
+        fd = os.open(path, flags, 0o600)
+    except OSError as error:
+        raise SessionError(f"cannot open {path}: {error.strerror or error}") from None
+    try:
+        _lock(fd, path)
+        return os.fdopen(fd, "ab")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _lock(fd: int, path: str | os.PathLike) -> None:
+    if sys.platform == "win32":
+        import msvcrt
+
+        os.lseek(fd, LOCK_OFFSET, os.SEEK_SET)
+        try:
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # at the position: the byte at LOCK_OFFSET
+        except OSError:
+            raise _in_use(path, None) from None
+        finally:
+            os.lseek(fd, 0, os.SEEK_END)
+        return
+    import errno
+    import fcntl
+
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as error:
+        if error.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            raise _in_use(path, _lock_holder(fd)) from None
+        raise SessionError(
+            f"cannot lock {path}: {error.strerror}: its file system may not have locks; "
+            f"keep transcripts on a local disk ({SESSIONS_ENV}, --save FILE)"
+        ) from None
+
+
+def _in_use(path: str | os.PathLike, pid: int | None) -> SessionError:
+    holder = f" (pid {pid})" if pid else ""
+    return SessionError(
+        f"{path} is in use by another agent{holder}: wait for it to finish, or continue "
+        "another conversation"
+    )
+
+
+def _lock_holder(fd: int) -> int | None:
+    """The process holding a flock on fd's file, from Linux's /proc/locks (only read); None
+    where there is none, or if it is not found."""
+    try:
+        stat = os.fstat(fd)
+        with open("/proc/locks", encoding="ascii", errors="replace") as file:
+            lines = file.read().splitlines()
+    except OSError:
+        return None
+    where = f"{os.major(stat.st_dev):02x}:{os.minor(stat.st_dev):02x}:{stat.st_ino}"
+    exact, same_inode = [], []
+    for line in lines:  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:2146347 0 EOF" ("->": waiting)
+        fields = line.split()
+        if len(fields) < 6 or fields[1] != "FLOCK" or not fields[4].isdigit():
+            continue
+        if fields[5] == where:
+            exact.append(int(fields[4]))
+        elif fields[5].rsplit(":", 1)[-1] == str(stat.st_ino):  # stat's device may differ
+            same_inode.append(int(fields[4]))
+    found = exact or same_inode
+    return found[0] if len(found) == 1 and found[0] > 0 else None
+
+
+def check_new_save(path: str | os.PathLike) -> None:
+    """--save FILE starts a new conversation in FILE: refuse a FILE that already holds one
+    (not empty), pointing to --resume, so that nothing is written over or mixed in."""
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
+        raise SessionError(
+            f"{path} already holds a conversation: continue it with --resume {_arg(path)}, "
+            "or give --save a new file"
+        )
+
+
+def _arg(path: str | os.PathLike) -> str:
+    """A path as it would be typed in the user's shell."""
+    text = os.fspath(path)
+    if sys.platform == "win32":
+        return f'"{text}"' if any(c.isspace() or c in "&|<>^" for c in text) else text
+    return shlex.quote(text)
