@@ -8,21 +8,22 @@ request, streamed or not), and the replay client.
 from __future__ import annotations
 
 import codecs
-import difflib
-import io
 import json
 import os
 import sys
-import unicodedata
 from types import SimpleNamespace
-from urllib.parse import urlsplit
 
 CONFIG_FILE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
 DEFAULT_BASE_URL = "https://api.deepseek.com"
 MODEL = "deepseek-flash"  # the lesson's model; LLM_MODEL overrides it
 REQUEST_TIMEOUT = 120.0  # seconds without a byte from the server before an attempt gives up
-SETTINGS = ("LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS")
-ROLES = ("system", "user", "assistant", "tool")
+SETTINGS = (  # every setting the agent reads, for the misspelling check
+    "LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS", "LLM_CURRENCY", "LLM_MAX_COST",
+    "LLM_PRICE_INPUT", "LLM_PRICE_CACHED_INPUT", "LLM_PRICE_OUTPUT", "LLM_SESSIONS_DIR",
+    "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT",
+)  # fmt: skip
+CUT_OFF = ("length", "content_filter", "insufficient_system_resource")  # finish reasons
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek's name; vLLM's and Ollama's
 
 
 class AgentError(Exception):
@@ -37,11 +38,18 @@ def load_config() -> dict[str, str]:
         return (os.environ[name] if name in os.environ else file.get(name) or "").strip()
 
     return {
+        **{name: setting(name) for name in SETTINGS[4:]},  # LLM_CURRENCY and on, by their names
         "api_key": setting("LLM_API_KEY"),
         "base_url": setting("LLM_BASE_URL") or DEFAULT_BASE_URL,
         "model": setting("LLM_MODEL") or MODEL,
         "max_tokens": setting("LLM_MAX_TOKENS"),
     }
+
+
+def client_and_model(client=None, model: str | None = None) -> tuple:
+    """The client and model given, and what is missing from config.env and the environment."""
+    config = load_config()
+    return client or create_client(config), model or config["model"]
 
 
 def config_file_settings() -> dict[str, str | None]:
@@ -68,6 +76,8 @@ def config_file_settings() -> dict[str, str | None]:
             f"{CONFIG_FILE} is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line}): "
             "save it as UTF-8"
         ) from None
+    import io
+
     from dotenv import dotenv_values
     from dotenv.parser import parse_stream
 
@@ -109,6 +119,8 @@ def squash(name: str) -> str:
 
 
 def closest_setting(name: str) -> str | None:
+    import difflib
+
     scores = {s: difflib.SequenceMatcher(None, squash(name), squash(s)).ratio() for s in SETTINGS}
     best = max(scores, key=scores.__getitem__)
     return best if scores[best] >= 0.75 else None
@@ -142,6 +154,8 @@ def check_settings(config: dict[str, str]) -> None:
     problem = odd_character(config["model"], invisible_only=True)
     if problem:  # it could not even be sent (a surrogate), or it hides what it is
         raise AgentError(f"LLM_MODEL contains {problem}: write the name the server knows")
+    from urllib.parse import urlsplit
+
     url = config["base_url"]
     if not url.startswith(("http://", "https://")):
         raise AgentError(f"LLM_BASE_URL must start with http:// or https://, not {url!r}")
@@ -163,6 +177,8 @@ def check_settings(config: dict[str, str]) -> None:
 
 def odd_character(text: str, ascii_only: bool = False, invisible_only: bool = False) -> str | None:
     """The first space, quote or invisible character in a setting, described, or None."""
+    import unicodedata
+
     for position, char in enumerate(text, 1):
         odd = not char.isprintable() and char != " "
         if not invisible_only:
@@ -217,7 +233,7 @@ def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=prin
         if "empty content" in quirks or "invalid message content type" not in str(error):
             raise
         quirks.add("empty content")
-        warn("note: this server rejects content null; sending \"\" instead from now on")
+        warn('note: this server rejects content null; sending "" instead from now on')
         resp = complete(client, show, messages=with_empty_content(messages), **request)
     served = getattr(resp, "model", None)
     if served and not served.startswith(request["model"]) and "model" not in quirks:
@@ -278,9 +294,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     except openai.APIStatusError:
         raise
     except openai.APIError as error:  # an {"error": ...} event in the stream
-        said = " ".join(str(error.message).split())[:200]
-        if len(client.api_key or "") >= 8:
-            said = said.replace(client.api_key, "***")
+        said = without_key(" ".join(str(error.message).split())[:200], client.api_key)
         raise AgentError(
             f"the server reported an error in the middle of the reply ({said}); nothing of "
             "it was kept: try again later"
@@ -340,131 +354,232 @@ def show_delta(delta, show) -> None:
         show("text", delta.content)
 
 
-def read_transcript(path: str | os.PathLike, *, tolerant: bool = False) -> list[dict]:
-    """The messages of a transcript saved with --save (JSON Lines, one message a line).
-
-    A line that is not a message in the shape the agent writes is refused, naming the line.
-    tolerant (for --show): a last line that is not JSON and has no line end, as a crash while
-    writing it leaves one, becomes {"cut_off": its text, "line": its number} instead.
-    """
-    return [message for _, message in transcript_lines(path, tolerant)]
+# --- Replies: what goes back in the history, whatever the server's habits ------------------
 
 
-def transcript_lines(path: str | os.PathLike, tolerant: bool = False) -> list[tuple[int, dict]]:
-    """(line number, message) for each message of a transcript; see read_transcript()."""
-    try:
-        with open(path, "rb") as file:
-            lines = [(n, line) for n, line in enumerate(file, 1) if line.strip()]
-    except OSError as error:
-        raise AgentError(f"cannot read {path}: {error.strerror}") from None
-    messages = []
-    for number, line in lines:
-        try:
-            message = json.loads(line.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as error:
-            half_written = number == lines[-1][0] and not line.endswith(b"\n")  # a crash
-            if half_written and tolerant:
-                messages.append(
-                    (number, {"cut_off": line.decode("utf-8", "replace"), "line": number})
+def assistant_message(msg, finish_reason: str | None, position: int) -> tuple[dict, dict]:
+    """The assistant message to send back, built field by field (see docs/servers.md for why),
+    and the calls that must not run: {call id: the tool message that says why}."""
+    message: dict = {"role": "assistant", "content": msg.content or None}
+    not_run: dict[str, str] = {}
+    if msg.tool_calls:
+        message["tool_calls"] = []
+        for index, call in enumerate(msg.tool_calls):
+            # Some servers send no id, or one id twice; every call needs its own for its answer.
+            # Nine letters and digits: llama.cpp's Mistral templates accept no other shape.
+            taken = {c["id"] for c in message["tool_calls"]}
+            call_id = call.id if call.id and call.id not in taken else f"c{position:05}{index:03}"
+            # Servers parse the history's arguments: anything but a JSON object is rejected
+            # there (llama.cpp: 500 for that request and every later one), so it gets "{}".
+            arguments, problem = checked_arguments(call.function.name, call.function.arguments)
+            if finish_reason in CUT_OFF:  # quoted, so the model sees where it was cut off
+                sent = short(repr(call.function.arguments), 120)
+                problem = (
+                    f"Error: your reply was cut off (finish_reason {finish_reason}) before this "
+                    f"call was complete; you sent {sent}, so nothing was run; send the call again"
                 )
-                break
-            if half_written:
-                raise AgentError(
-                    f"{path} line {number} was only partly written (is not JSON and has no line "
-                    "end): --show shows the rest; delete that line to use the file"
-                ) from None
-            what = "not UTF-8 text" if isinstance(error, UnicodeDecodeError) else "not JSON"
-            detail = f" ({error.msg}: column {error.colno})" if what == "not JSON" else ""
-            raise AgentError(
-                f"{path} line {number} is {what}{detail}: is it a transcript saved with --save?"
-            ) from None
-        problem = message_problem(message)
-        if problem:
-            raise AgentError(f"{path} line {number} {problem}")
-        messages.append((number, message))
-    return messages
+            if problem:
+                not_run[call_id] = problem
+            function = {"name": call.function.name, "arguments": arguments}
+            message["tool_calls"].append({"id": call_id, "type": "function", "function": function})
+    # DeepSeek's thinking mode rejects a history whose tool-calling turns lost this, even "".
+    # vLLM, Ollama and OpenRouter call it "reasoning": it goes back under the name it came with.
+    for field in REASONING_FIELDS:
+        if field in (msg.model_extra or {}):
+            message[field] = msg.model_extra[field]
+    return message, not_run
 
 
-def check_conversation(messages: list[dict], path: str | os.PathLike) -> None:
-    """Raise AgentError, naming the line, at the first message a server would reject for where
-    it stands: an unknown role, a system message after the first, a tool message that does not
-    answer the next open call, a message before the open calls are answered. Calls still open at
-    the end are allowed: that turn was cut short (Ctrl-C, a crash), and continuing answers them.
-    """
-    with open(path, "rb") as file:
-        data = file.read()
-    # One message per non-blank line, as read_transcript reads them.
-    lines = [n for n, line in enumerate(data.split(b"\n"), 1) if line.strip()]
-    if not messages:
-        raise AgentError(f"{path} has no messages, so there is no conversation to continue")
-    if not data.rstrip(b" \t").endswith(b"\n"):  # appending would join two lines into one
-        raise AgentError(
-            f"{path} line {lines[-1]} has no line end, so the file looks cut off: check its "
-            "end (add the newline if that line is complete)"
-        )
-    open_calls: list = []
-    for index, (number, message) in enumerate(zip(lines, messages, strict=False)):
-        role, answers = message["role"], message.get("tool_call_id")
-        calls = message.get("tool_calls") or [] if role == "assistant" else []
-        listed = calls if isinstance(calls, list) else [None]  # not a list: no ids at all
-        ids = [call.get("id") if isinstance(call, dict) else None for call in listed]
-        if role not in ROLES:
-            problem = f"has the role {role!r}; a transcript has only {', '.join(ROLES)}"
-        elif role == "system" and index > 0:
-            problem = "is a system message, but only the first message may be one"
-        elif role == "tool" and not open_calls:
-            problem = f"is a tool message answering {answers!r}, but no tool call waits for one"
-        elif role == "tool" and answers != open_calls[0]:
-            problem = f"is a tool message answering {answers!r}, but call {open_calls[0]!r} is next"
-        elif role != "tool" and open_calls:
-            problem = f"is a {role} message, but the tool calls {open_calls} have no answer yet"
-        elif not all(isinstance(call_id, str) and call_id for call_id in ids):
-            problem = "has tool calls without an id each"
-        elif len(set(ids)) < len(ids):
-            problem = f"has the same tool call id twice: {ids}"
-        else:
-            open_calls = open_calls[1:] if role == "tool" else ids
-            continue
-        raise AgentError(f"{path} line {number} {problem}")
-
-
-def message_problem(message: object) -> str | None:
-    """What keeps a parsed transcript line from being a message the agent can use, or None."""
-    if not isinstance(message, dict):
-        return f"is a JSON {json_kind(message)}, not a message object"
-    role = message.get("role")
-    if role not in ROLES:
-        return f"has the role {json.dumps(role)}; a message's role is one of {', '.join(ROLES)}"
-    text_fields = ["reasoning_content", "reasoning"] + (["content"] if role == "assistant" else [])
-    for field in text_fields:
-        if message.get(field) is not None and not isinstance(message[field], str):
-            return f"has a {json_kind(message[field])} as its {field!r}, not a string"
-    required = {"tool": ["content", "tool_call_id"], "assistant": []}.get(role, ["content"])
-    for field in required:
-        if not isinstance(message.get(field), str):
-            return f"is a {role} message without a string {field!r}"
-    calls = message.get("tool_calls")
-    if calls is None:
-        return None
-    if role != "assistant":
-        return f"is a {role} message with 'tool_calls'; only assistant messages have them"
-    if not isinstance(calls, list):
-        return f"has 'tool_calls' that are a JSON {json_kind(calls)}, not an array"
-    for index, call in enumerate(calls, 1):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            return f"has tool call {index} without a 'function' object"
-        if not isinstance(call.get("id"), str) or call.get("type") != "function":
-            return f"has tool call {index} without a string 'id' and 'type' \"function\""
-        for field in ("name", "arguments"):
-            if not isinstance(function.get(field), str):
-                return f"has tool call {index} without a string function {field!r}"
-    return None
+def checked_arguments(name: str, received: object) -> tuple[str, str | None]:
+    """The arguments as valid JSON object text for the history, and why the call cannot run."""
+    if isinstance(received, dict):  # some servers send an object instead of a string
+        return json.dumps(received), None
+    if not received:  # an empty string means {}
+        return "{}", None
+    try:
+        parsed = json.loads(received)
+    except (json.JSONDecodeError, TypeError) as error:
+        problem = f"the arguments are not valid JSON ({error})"
+    else:
+        if isinstance(parsed, dict):
+            return received, None  # exactly as received
+        problem = f"{name} takes a JSON object of its arguments, not a JSON {json_kind(parsed)}"
+    sent = short(repr(received), 120)
+    return "{}", f"Error: {problem}; you sent {sent}, so nothing was run; send one JSON object"
 
 
 def json_kind(value: object) -> str:
     kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
     return kinds.get(type(value), "number")
+
+
+def final_answer(msg, finish_reason: str | None) -> tuple[str, bool]:
+    """The answer to print (without <think> blocks) and whether it is complete."""
+    text = without_thinking(msg.content or "")
+    if finish_reason in CUT_OFF:
+        return text, False  # the cut-off warning is out already
+    if not text.strip():
+        print(
+            "warning: the model's final reply has no answer text (only its reasoning, or nothing)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return text, False
+    return text, True
+
+
+def without_thinking(text: str) -> str:
+    """Content with <think>...</think> left out (some servers put the reasoning there; the
+    opening tag may be missing). The history keeps the content exactly as received."""
+    if "</think>" in text:
+        return text.rsplit("</think>", 1)[1].lstrip()
+    if text.lstrip().startswith("<think>"):
+        return ""  # the reasoning never ended: there is no answer yet
+    return text
+
+
+def usage_counts(resp) -> dict[str, int]:
+    """A reply's prompt, cache-hit and completion tokens; cache hits are DeepSeek's
+    prompt_cache_hit_tokens, or the OpenAI-style cached_tokens where a server sends that."""
+    usage = resp.usage
+    if not usage:
+        return {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
+    extra = usage.model_extra or {}
+    details = usage.prompt_tokens_details
+    cached = extra.get("prompt_cache_hit_tokens", details and details.cached_tokens)
+    return {
+        "prompt_tokens": usage.prompt_tokens or 0,
+        "cache_hit_tokens": cached or 0,
+        "completion_tokens": usage.completion_tokens or 0,
+    }
+
+
+def short(text: object, width: int = 100) -> str:
+    """text on one line, shortened to width with "..." (the display's one_line, which also
+    shows control characters as escapes)."""
+    from harness.display import one_line
+
+    return one_line(text, width)
+
+
+# --- Errors: one line that says what went wrong and what to check ---------------------------
+
+
+def describe_api_error(
+    error: Exception,
+    config: dict,
+    *,
+    model: str | None = None,
+    timeout: float | None = None,
+    save: str | None = None,
+) -> str | None:
+    """One line that says what went wrong and what to check; None if it is no API error."""
+    if type(error).__module__.split(".")[0] != "openai":
+        return None  # and no need to import openai (it may be the missing package)
+    import openai
+
+    url = config.get("base_url", "the server")
+    if isinstance(error, openai.APITimeoutError):  # a subclass of APIConnectionError
+        silence = f"{timeout:g} s" if timeout else "the time-out"
+        message = (
+            f"the request to {url} timed out: the server sent nothing for {silence} in each of "
+            "the SDK's attempts; check that it is running and not overloaded, or allow it longer "
+            "with --request-timeout SECONDS"
+        )
+    elif isinstance(error, openai.APIConnectionError):
+        message = f"could not connect to {url}: check LLM_BASE_URL and that the server is running"
+    elif isinstance(error, openai.APIStatusError):
+        said = server_says(error)
+        hint = status_hint(error.status_code, said, url, model, save)
+        message = f"the server answered {error.status_code} ({said}): {hint}"
+    elif isinstance(error, openai.APIError):
+        message = f"{type(error).__name__}: {error}"
+    else:
+        return None
+    return without_key(message, config.get("api_key"))
+
+
+def without_key(text: str, key: str | None) -> str:
+    """text with the API key replaced by ***; a short one ("x", "ollama") is no secret and
+    replacing it would mangle words."""
+    return text.replace(key, "***") if key and len(key) >= 8 else text
+
+
+def status_hint(status: int, said: str, url: str, model: str | None, save: str | None) -> str:
+    """What to do about an error status, read from what the server said where it is telling."""
+    import re
+
+    said = said.lower()
+    transcript = f"the transcript is in {save}" if save else "--save FILE keeps a transcript"
+    if context_is_full(said):
+        return (
+            "the conversation is longer than the model accepts even after compacting it: "
+            f"{transcript}; go on with a model or server with a larger context, or start anew"
+        )
+    if re.search(r"reasoning_content|tool_call|tool call|role 'tool'|tool message", said):
+        return (
+            "the server rejects the conversation the agent built: this is a bug in the agent; "
+            f"please report it on the project's issue tracker (see the README); {transcript}"
+        )
+    if re.search(r"model not exist|model_not_found|unknown model|model \S+ not found", said):
+        return f"the server does not know the model {model or ''}: check --model or LLM_MODEL"
+    if status == 404:
+        return url_hint(url)
+    if status >= 500 and status not in (502, 503, 504):
+        return (
+            "the server rejects this request: it failed the same way on each of the SDK's "
+            "attempts, so trying again will not help; its log may say why"
+        )
+    hints = {
+        400: "check the model name (LLM_MODEL or --model)",
+        401: f"check LLM_API_KEY ({setting_origin('LLM_API_KEY')})",
+        402: "the account's balance is used up: top it up with the provider",
+        403: "the key is not allowed to do this: check LLM_API_KEY and LLM_MODEL",
+        422: "the server rejected a parameter: check LLM_MODEL",
+        429: "rate limited, even after the SDK's retries: wait a little and try again",
+    }
+    return hints.get(status, "the server failed, even after the SDK's retries: try again later")
+
+
+def context_is_full(said: str) -> bool:
+    """Whether an error message says the context window is exceeded, in the words of
+    DeepSeek and vLLM ("maximum context length"), llama.cpp ("exceeds the available context
+    size", exceed_context_size_error) or Ollama ("longer than the context length")."""
+    import re
+
+    pattern = (
+        r"context (length|size|window)|maximum context|context_length_exceeded"
+        r"|exceed_context_size|longer than the context"
+    )
+    return re.search(pattern, said.lower()) is not None
+
+
+def url_hint(url: str) -> str:
+    """A 404: a local server's URL without /v1, or one that already ends in the endpoint."""
+    from urllib.parse import urlsplit
+
+    path = urlsplit(url).path.rstrip("/")
+    if path.endswith("/chat/completions"):
+        base = url.rstrip("/").removesuffix("/chat/completions")
+        base += "" if base.endswith("/v1") else "/v1"  # what local servers need, DeepSeek too
+        return (
+            "LLM_BASE_URL ends in /chat/completions, which the SDK adds itself, so the path was "
+            f"doubled: set LLM_BASE_URL={base}"
+        )
+    if not path.endswith("/v1"):
+        return (
+            f"LLM_BASE_URL ({url}) does not end in /v1, which local servers need: try "
+            f"LLM_BASE_URL={url.rstrip('/')}/v1"
+        )
+    return f"check LLM_BASE_URL ({url}) and LLM_MODEL"
+
+
+def server_says(error) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        body = body.get("error", body)
+        body = body.get("message", body) if isinstance(body, dict) else body
+    return short(str(body if body is not None else error.message), 200)
 
 
 class ReplayClient:
@@ -477,7 +592,9 @@ class ReplayClient:
 
     def __init__(self, path: str | os.PathLike, notify=None) -> None:
         self.path = path
-        lines = transcript_lines(path)
+        from harness.transcripts import transcript_lines
+
+        lines = [(n, entry) for n, entry in transcript_lines(path) if "event" not in entry]
         self.messages = [message for _, message in lines]
         self.replies = [(n, m) for n, m in lines if m["role"] == "assistant"]
         if not self.replies:

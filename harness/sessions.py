@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from model_client import AgentError
+
 APP = "minimal-agent"
 SESSIONS_ENV = "LLM_SESSIONS_DIR"  # moves the sessions folder
 SUFFIX = ".jsonl"
@@ -39,7 +41,7 @@ WORKDIR_WIDTH = 32
 CURRENCY_SYMBOLS = {"USD": "$", "CNY": "¥", "EUR": "€", "GBP": "£"}
 
 
-class SessionError(Exception):
+class SessionError(AgentError):
     """A conversation that cannot be found, opened or saved as asked; the message is one line
     and says what to do."""
 

@@ -5,6 +5,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,6 +17,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import agent  # noqa: E402
+
+# Every conversation is saved: the tests' go to a folder of their own, never the user's.
+SESSIONS = tempfile.mkdtemp(prefix="agent-test-sessions-")
+os.environ["LLM_SESSIONS_DIR"] = SESSIONS
 
 # What a marked test needs, and the systems that lack it. A test marked posix or linux may give
 # its own reason, @pytest.mark.posix("why"); the skip then names it.
@@ -56,6 +61,7 @@ def clean_env(**settings: str) -> dict[str, str]:
     """The environment without any LLM_ or OPENAI_ variable of the user's, plus settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "OPENAI_"))}
     env.pop("NO_COLOR", None)
+    env["LLM_SESSIONS_DIR"] = SESSIONS
     env.update(settings)
     return env
 
@@ -144,6 +150,9 @@ def app(tmp_path: Path) -> Path:
     folder.mkdir()
     for name in ("agent.py", "model_client.py"):
         shutil.copy(ROOT / name, folder / name)
+    shutil.copytree(
+        ROOT / "harness", folder / "harness", ignore=shutil.ignore_patterns("__pycache__")
+    )
     return folder
 
 
@@ -154,8 +163,25 @@ def workdir(tmp_path: Path) -> Path:
     return folder
 
 
-@pytest.fixture(autouse=True)
-def reset_tool_state():
-    """run() sets the tools' module state; start each test from the defaults."""
-    yield
-    agent.set_up_tools(agent.WORKDIR, agent.SHELL_TIMEOUT, False)
+WORKSPACE: list = []  # the workspace of the tool tests: use_workspace() sets it
+
+
+def use_workspace(folder, timeout: float = agent.SHELL_TIMEOUT, yes: bool = False,
+                  sandbox: bool = False) -> agent.Workspace:  # fmt: skip
+    """A session's workspace for the tests that call tools directly, through execute()."""
+    WORKSPACE[:] = [agent.Workspace(folder, timeout, yes, sandbox)]
+    return WORKSPACE[0]
+
+
+def execute(call: dict) -> str:
+    """execute_tool_call in the workspace of the last use_workspace()."""
+    return agent.execute_tool_call(call, WORKSPACE[0])
+
+
+def saved_messages(transcript) -> list[dict]:
+    """The messages of a transcript (a path or its text), without the agent's event lines."""
+    import json
+
+    text = transcript if isinstance(transcript, str) else Path(transcript).read_text()
+    lines = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [line for line in lines if "event" not in line]

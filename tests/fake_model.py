@@ -76,7 +76,9 @@ class FakeClient:
         return [request["messages"] for request in self.requests]
 
     def create(self, **request) -> ChatCompletion:
-        self.requests.append(copy.deepcopy(request))
+        # A copy of what was sent then, as plain lists and dicts (the agent's list of messages
+        # also writes the transcript).
+        self.requests.append(copy.deepcopy({**request, "messages": list(request["messages"])}))
         if not self.script:
             raise AssertionError(f"the model was asked {len(self.requests)} times; too often")
         item = self.script.pop(0)

@@ -1,4 +1,4 @@
-"""Conversations that go on: --chat turns (piped and on a real terminal) and --continue FILE,
+"""Conversations that go on: --chat turns (piped and on a real terminal) and --resume FILE,
 run as real processes against the stub server, which checks that every request begins with the
 previous one byte for byte, across turns and across runs."""
 
@@ -20,6 +20,7 @@ from conftest import (
     finish,
     on_a_terminal,
     run_agent,
+    saved_messages,
     spawn,
     stub_env,
     wait_for,
@@ -29,6 +30,7 @@ from openai import OpenAI
 from stub_server import StubServer
 
 import model_client
+from harness.transcripts import check_conversation, transcript_lines
 
 
 def answer(text: str) -> dict:
@@ -40,7 +42,7 @@ def call(name: str, arguments: dict, call_id: str) -> dict:
 
 
 def lines_of(path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+    return saved_messages(path)
 
 
 def write_lines(path, messages: list[dict]) -> None:
@@ -206,8 +208,8 @@ def test_continue_goes_on_with_the_saved_conversation_and_appends_to_it(workdir,
     script = [
         reply(None, call("read_file", {"path": "notes.txt"}, "c1"), reasoning="Read it."),
         answer("It says héllo."),
-        answer("Five letters."),  # --continue with a task in words
-        answer("Yes."),  # --continue --chat, first message from stdin
+        answer("Five letters."),  # --resume with a task in words
+        answer("Yes."),  # --resume --chat, first message from stdin
         answer("Bye."),
     ]
     with StubServer(script) as server:  # one server: it checks the prefix across the runs
@@ -218,21 +220,21 @@ def test_continue_goes_on_with_the_saved_conversation_and_appends_to_it(workdir,
         assert first.returncode == 0, first.stderr
         saved = transcript.read_bytes()
         second = run_agent(
-            "--workdir", str(workdir), "--continue", str(transcript), "how long is it?",
+            "--workdir", str(workdir), "--resume", str(transcript), "how long is it?",
             env=stub_env(server),
         )  # fmt: skip
         assert second.returncode == 0, second.stderr
         assert second.stdout == "Five letters.\n"
         after_second = transcript.read_bytes()
         third = run_agent(
-            "--workdir", str(workdir), "--continue", str(transcript), "--chat",
+            "--workdir", str(workdir), "--resume", str(transcript), "--chat",
             env=stub_env(server), stdin="sure?\nthanks\n",
         )  # fmt: skip
         assert third.returncode == 0, third.stderr
         assert third.stdout == "Yes.\nBye.\n"
     assert server.problems == []
     assert after_second.startswith(saved) and transcript.read_bytes().startswith(after_second)
-    file_messages = [json.loads(line) for line in saved.decode().splitlines()]
+    file_messages = saved_messages(saved.decode())
     continued = server.requests[2]["messages"]
     assert [list(m.items()) for m in continued[: len(file_messages)]] == [
         list(m.items()) for m in file_messages
@@ -261,13 +263,13 @@ def test_continue_answers_the_calls_a_cut_short_turn_left_open(workdir, tmp_path
     saved = transcript.read_bytes()
     with StubServer([answer("x was interrupted; a.txt says A.")]) as server:
         proc = run_agent(
-            "--workdir", str(workdir), "--continue", str(transcript), "what happened?",
+            "--workdir", str(workdir), "--resume", str(transcript), "what happened?",
             env=stub_env(server),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert server.problems == []
     sent = server.requests[0]["messages"]
-    assert sent[:4] == [json.loads(line) for line in saved.decode().splitlines()]
+    assert sent[:4] == saved_messages(saved.decode())
     assert sent[4]["role"] == "tool" and sent[4]["tool_call_id"] == "c2"
     assert sent[4]["content"].startswith("Error: interrupted: the agent stopped")
     assert sent[5] == {"role": "user", "content": "what happened?"}
@@ -289,7 +291,7 @@ def test_a_run_interrupted_during_a_command_continues_with_its_call_answered(wor
         assert finish(child) == 130  # without --chat, Ctrl-C ends the run as always
         saved = transcript.read_bytes()
         proc = run_agent(
-            "--workdir", str(workdir), "--continue", str(transcript), "what happened?",
+            "--workdir", str(workdir), "--resume", str(transcript), "what happened?",
             env=stub_env(server),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -328,7 +330,7 @@ def test_continue_refuses_a_broken_file_in_one_line_and_leaves_it_alone(tmp_path
     transcript.write_text(text)
     with StubServer([answer("never")]) as server:
         proc = run_agent(
-            "--workdir", str(tmp_path), "--continue", str(transcript), "go on",
+            "--workdir", str(tmp_path), "--resume", str(transcript), "go on",
             env=stub_env(server),
         )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
@@ -347,8 +349,10 @@ def test_continue_refuses_a_broken_file_in_one_line_and_leaves_it_alone(tmp_path
         ([GOOD[1], GOOD[0]], "line 2 is a system message"),
         ([*GOOD[:3], GOOD[1]], "line 4 is a user message, but the tool calls ['c1']"),
         ([GOOD[1], GOOD[3]], "line 2 is a tool message answering 'c1', but no tool call"),
-        ([GOOD[1], reply(None, call("read_file", {}, "c1"), call("read_file", {}, "c1"))],
-         "line 2 has the same tool call id twice"),  # fmt: skip
+        (
+            [GOOD[1], reply(None, call("read_file", {}, "c1"), call("read_file", {}, "c1"))],
+            "line 2 has the same tool call id twice",
+        ),  # fmt: skip
         # Shapes a transcript line cannot have are refused by read_transcript, naming the line.
         ([GOOD[1], reply(None, {"type": "function"})], "line 2 has tool call 1 without a"),
         ([GOOD[1], {"role": "assistant", "content": None, "tool_calls": 5}], "not an array"),
@@ -360,25 +364,25 @@ def test_check_conversation_names_the_line_of_the_first_misplaced_message(
     transcript = tmp_path / "t.jsonl"
     transcript.write_text(jsonl(messages).replace("\n", "\n\n", 1))  # a blank line is skipped
     with pytest.raises(model_client.AgentError) as error:
-        model_client.check_conversation(model_client.read_transcript(transcript), transcript)
+        check_conversation(transcript, transcript_lines(transcript))
     assert phrase.replace("line 2", "line 3").replace("line 4", "line 5") in str(error.value)
 
 
 def test_a_conversation_left_mid_turn_is_accepted_as_it_is(tmp_path):
     transcript = tmp_path / "t.jsonl"
     transcript.write_text(jsonl(GOOD[:3]))
-    model_client.check_conversation(model_client.read_transcript(transcript), transcript)
+    check_conversation(transcript, transcript_lines(transcript))
 
 
-def test_save_beside_continue_is_a_usage_error(tmp_path):
+def test_save_beside_resume_is_a_usage_error(tmp_path):
     transcript = tmp_path / "t.jsonl"
     transcript.write_text(jsonl(GOOD))
     proc = run_agent(
-        "--continue", str(transcript), "--save", str(tmp_path / "new.jsonl"), "go on",
+        "--resume", str(transcript), "--save", str(tmp_path / "new.jsonl"), "go on",
         env=clean_env(LLM_API_KEY="k", LLM_BASE_URL="http://127.0.0.1:9"),
     )  # fmt: skip
     assert proc.returncode == 2
-    assert "--continue FILE already saves to FILE" in proc.stderr
+    assert "a resumed conversation is saved where it was: drop --save" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert transcript.read_text() == jsonl(GOOD)
     assert not (tmp_path / "new.jsonl").exists()

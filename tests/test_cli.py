@@ -11,11 +11,12 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, clean_env, run_agent, stub_env
+from conftest import ROOT, clean_env, run_agent, saved_messages, stub_env
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, demo_script
 
 import agent
+from harness import cli
 
 KEY = "test-key-do-not-print-0123456789"
 
@@ -205,7 +206,7 @@ def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
             env=stub_env(server),
         )  # fmt: skip
     assert first.returncode == 0, first.stderr
-    saved = [json.loads(line) for line in transcript.read_text().splitlines()]
+    saved = saved_messages(transcript)
     assert saved[:-1] == server.requests[-1]["messages"]  # exactly what the model was sent
     assert saved[-1]["content"] == first.stdout.strip()
     assert KEY not in transcript.read_text()
@@ -221,17 +222,33 @@ def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
     assert "replaying" in again.stderr
 
 
-def test_save_to_an_existing_file_starts_a_new_transcript(workdir, tmp_path):
+def test_save_onto_an_existing_conversation_is_refused_and_the_file_kept(workdir, tmp_path):
     transcript = tmp_path / "run.jsonl"
     old = [{"role": "system", "content": "old"}, {"role": "user", "content": "the last task"}]
     transcript.write_text("".join(json.dumps(m) + "\n" for m in old))
+    before = transcript.read_bytes()
+    with StubServer([final("new answer")], api_key=KEY) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), "--save", str(transcript), "a new task",
+            env=stub_env(server),
+        )  # fmt: skip
+    assert proc.returncode == 1 and server.requests == []
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "already holds a conversation" in line
+    assert f"--resume {transcript}" in line
+    assert transcript.read_bytes() == before
+
+
+def test_save_onto_an_empty_file_uses_it(workdir, tmp_path):
+    transcript = tmp_path / "run.jsonl"
+    transcript.write_text("")
     with StubServer([final("new answer")], api_key=KEY) as server:
         proc = run_agent(
             "--workdir", str(workdir), "--save", str(transcript), "a new task",
             env=stub_env(server),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    saved = [json.loads(line) for line in transcript.read_text().splitlines()]
+    saved = saved_messages(transcript)
     assert saved == [*server.requests[0]["messages"], final("new answer")]
     assert [m["content"] for m in saved[:2]] == [agent.SYSTEM_PROMPT, "a new task"]
 
@@ -401,9 +418,9 @@ def test_the_example_transcript_replays_offline_with_no_key(workdir):
     assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"
     assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"
     assert "-> exit code 0 391" in proc.stderr  # the command really ran again
-    messages = [json.loads(line) for line in example.read_text().splitlines()]
+    messages = saved_messages(example)
     assert messages[0]["content"] == agent.SYSTEM_PROMPT  # still matches the program
-    assert messages[1]["content"] == agent.DEMO_TASK
+    assert messages[1]["content"] == cli.DEMO_TASK
 
 
 def test_max_tokens_is_sent_only_when_asked_for(workdir):

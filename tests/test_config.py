@@ -57,12 +57,14 @@ def test_defaults_are_deepseek_and_deepseek_flash(tmp_path, monkeypatch):
         monkeypatch.delenv(name)
     monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")
     (tmp_path / "config.env").write_text("LLM_API_KEY=k\n")
-    assert model_client.load_config() == {
+    config = model_client.load_config()
+    assert {key: config[key] for key in ("api_key", "base_url", "model", "max_tokens")} == {
         "api_key": "k",
         "base_url": "https://api.deepseek.com",
         "model": "deepseek-flash",
         "max_tokens": "",  # unset: no max_tokens is sent
     }
+    assert config["LLM_CURRENCY"] == config["LLM_MAX_COST"] == ""  # the rest, by their names
 
 
 def test_without_any_key_the_error_says_where_to_put_one(app, workdir):

@@ -14,12 +14,13 @@ import sys
 
 import pexpect
 import pytest
-from conftest import ROOT, clean_env, on_a_terminal, run_agent, stub_env
+from conftest import ROOT, clean_env, on_a_terminal, run_agent, saved_messages, stub_env
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer
 
 import agent
 import model_client
+from harness import cli
 
 KEY = "test-key-first-run-0123456789"
 EXAMPLE = ROOT / "examples" / "tool_demo.jsonl"
@@ -272,7 +273,7 @@ def test_a_full_context_says_the_conversation_is_too_long(agent_main, workdir, s
         else:
             env = {"LLM_API_KEY": KEY, "LLM_BASE_URL": server.url}
             proc = agent_main("--workdir", str(workdir), "hi", env=env)
-    line = one_line_error(proc, "400", "longer than the model accepts", "--max-steps")
+    line = one_line_error(proc, "400", "longer than the model accepts", "even after compacting")
     assert "check the model name" not in line
 
 
@@ -300,7 +301,7 @@ def test_a_rejected_history_is_called_a_bug_and_names_the_transcript(
             proc = agent_main(*args, env={"LLM_API_KEY": KEY, "LLM_BASE_URL": server.url})
     one_line_error(proc, "bug in the agent", "issue tracker", f"the transcript is in {save}")
     assert "try again later" not in proc.stderr
-    assert json.loads(save.read_text().splitlines()[1])["content"] == "hi"
+    assert saved_messages(save)[1]["content"] == "hi"
 
 
 def test_a_500_that_repeats_says_the_server_rejects_the_request(agent_main, workdir):
@@ -325,7 +326,7 @@ def test_a_time_out_is_worded_as_a_time_out():
         client = openai.OpenAI(api_key="k", base_url=url, timeout=0.2, max_retries=0)
         with pytest.raises(openai.APITimeoutError) as caught:
             client.chat.completions.create(model="m", messages=[])
-    line = agent.describe_api_error(caught.value, {"base_url": url}, timeout=0.2)
+    line = model_client.describe_api_error(caught.value, {"base_url": url}, timeout=0.2)
     assert f"the request to {url} timed out" in line
     assert "sent nothing for 0.2 s" in line and "--request-timeout" in line
 
@@ -595,7 +596,7 @@ def agent_main(monkeypatch, capsys, tmp_path):
         monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")
         with open(os.devnull) as no_input:
             monkeypatch.setattr("sys.stdin", no_input)
-            code = agent.main(list(args))
+            code = cli.main(list(args))
         out, err = capsys.readouterr()
         return subprocess.CompletedProcess(args, code, out, err)
 

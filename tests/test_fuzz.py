@@ -60,7 +60,9 @@ def test_any_tool_calls_are_answered_safely(turns, thinking):
         workdir = Path(sandbox) / "work"
         script = [reply(None, *turn, reasoning=thinking) for turn in turns] + [reply("done")]
         client = FakeClient(*script)
-        result = agent.run("fuzz", client, model="m", workdir=workdir, max_steps=len(script))
+        result = agent.run(
+            "fuzz", client, model="m", workspace=agent.Workspace(workdir), max_steps=len(script)
+        )
 
         assert result["stop_reason"] == "finished"
         assert os.listdir(sandbox) == ["work"]  # nothing written beside the workdir

@@ -13,8 +13,11 @@ import agent
 from model_client import ReplayClient
 
 
-def run(task, client, workdir, **options):
-    return agent.run(task, client, model="test-model", workdir=workdir, **options)
+def run(task, client, workdir, yes=False, max_steps=agent.MAX_STEPS, **options):
+    workspace = agent.Workspace(workdir, approve_all=yes)
+    return agent.run(
+        task, client, model="test-model", max_steps=max_steps, workspace=workspace, **options
+    )
 
 
 def tool_messages(messages):
@@ -76,12 +79,16 @@ def test_several_calls_in_one_message_are_answered_once_each_in_order(workdir):
         ),
         ("read_file", '{"path": "a.txt"', "not valid JSON"),  # cut off
         ("read_file", "path=a.txt", "not valid JSON"),
-        ("read_file", '["a.txt"]', "read_file takes a JSON object with the string fields path"),
-        ("read_file", "null", "not NoneType"),
+        (
+            "read_file",
+            '["a.txt"]',
+            "read_file takes a JSON object of its arguments, not a JSON array",
+        ),
+        ("read_file", "null", "not a JSON null"),
         ("read_file", "", "missing 'path'"),  # an empty string means {}
         ("write_file", '{"path": "x"}', "missing 'content'"),
         ("read_file", '{"path": "a.txt", "mode": "r"}', "unexpected 'mode'"),
-        ("read_file", '{"path": 7}', "'path' is int, not a string"),
+        ("read_file", '{"path": 7}', "'path' is an integer, not a string"),
         ("read_file", '{"path": "missing.txt"}', "does not exist"),  # raised inside the tool
     ],
 )
@@ -97,7 +104,7 @@ def test_a_broken_call_gets_an_error_the_model_can_read(workdir, name, arguments
 
 
 def test_an_exception_inside_a_tool_becomes_an_error(workdir, monkeypatch):
-    def broken(path):
+    def broken(ws, path):
         raise RuntimeError("disk on fire")
 
     monkeypatch.setitem(agent.TOOL_MAP, "read_file", broken)
@@ -238,8 +245,10 @@ def test_save_writes_each_message_as_it_is_added(workdir, tmp_path):
     result = run("save it", client, workdir, save=transcript)
 
     lines = [json.loads(line) for line in transcript.read_text().splitlines()]
-    assert lines == result["messages"]  # exactly what the model was sent, plus the final reply
-    assert [json.loads(line) for line in seen_on_disk[0]] == client.sent[1]
+    messages = [line for line in lines if "event" not in line]  # without the bookkeeping
+    assert messages == result["messages"]  # exactly what the model was sent, plus the reply
+    on_disk = [json.loads(line) for line in seen_on_disk[0]]
+    assert [line for line in on_disk if "event" not in line] == client.sent[1]
     assert lines[-1] == {"role": "assistant", "content": "done"}
 
 
@@ -261,7 +270,7 @@ def test_a_saved_run_replays_with_the_same_tool_effects(workdir, tmp_path, capsy
 
 
 def test_a_result_that_cannot_be_encoded_is_made_safe_to_send(workdir, monkeypatch):
-    def odd(path):
+    def odd(ws, path):
         raise OSError(f"bad name {path}\ud800")  # a lone surrogate cannot be sent as UTF-8
 
     monkeypatch.setitem(agent.TOOL_MAP, "read_file", odd)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
+import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
@@ -13,57 +15,79 @@ import pytest
 from conftest import ROOT, clean_env, run_agent
 
 README = (ROOT / "README.md").read_text(encoding="utf-8")
-AGENT = (ROOT / "agent.py").read_text(encoding="utf-8")
 
 
-def finish_reason_line() -> int:
-    """The line of `finish_reason = ...` in run(), where the debugging tour breaks."""
-    run = next(
-        node for node in ast.parse(AGENT).body
-        if isinstance(node, ast.FunctionDef) and node.name == "run"
-    )  # fmt: skip
-    lines = AGENT.splitlines()
-    found = [
-        n for n in range(run.lineno, run.end_lineno + 1)
-        if lines[n - 1].strip().startswith("finish_reason = ")
-    ]  # fmt: skip
-    assert len(found) == 1, "run() should have one `finish_reason = ...` line"
-    return found[0]
+REPLY_LINE = "finish_reason = resp.choices[0].finish_reason"  # the line after msg = ...
 
 
-def pdb_break() -> int:
-    (number,) = re.findall(r"\(Pdb\) b agent\.py:(\d+)", README)
-    return int(number)
+def pdb_tour() -> tuple[list[str], list[str]]:
+    """The README's pdb session: the command line's arguments, and the (Pdb) commands."""
+    block = README[README.index("python -m pdb agent.py") :].split("```")[0]
+    lines = block.strip().splitlines()
+    commands = [line.removeprefix("(Pdb) ") for line in lines[1:] if line.startswith("(Pdb) ")]
+    return lines[0].removeprefix("python -m pdb ").split(), commands
 
 
-def test_the_pdb_breakpoint_in_the_readme_is_the_finish_reason_line():
-    right = finish_reason_line()
-    assert pdb_break() == right, (
-        f"the README's debugging tour says `b agent.py:{pdb_break()}`, but the "
-        f"`finish_reason = ...` line in run() is line {right}: write `b agent.py:{right}`"
-    )
-
-
-@pytest.mark.posix("pdb on a pseudo-terminal (pexpect.spawn)")
-def test_the_readme_pdb_commands_stop_at_that_line():
-    (command,) = re.findall(r"^python -m pdb (agent\.py .*)$", README, re.MULTILINE)
+def follow_the_tour(folder, workdir) -> str:
+    """Type the README's pdb commands, then n (Enter repeats it, as the README says) until pdb
+    shows the line after msg = ...; return what pdb printed there."""
+    args, commands = pdb_tour()
+    args = [str(workdir) if a == "playground" else a for a in args]
     child = pexpect.spawn(
-        sys.executable, ["-m", "pdb", *command.split()],
-        cwd=str(ROOT), env=clean_env(LLM_API_KEY=""), encoding="utf-8", timeout=30,
+        sys.executable, ["-m", "pdb", *args, "--workdir", str(workdir)],
+        cwd=str(folder), env=clean_env(LLM_API_KEY=""), encoding="utf-8", timeout=30,
     )  # fmt: skip
     try:
         child.expect_exact("(Pdb) ")
-        child.sendline(f"b agent.py:{pdb_break()}")
-        child.expect_exact("(Pdb) ")
-        child.sendline("c")  # the first reply arrives; nothing has run yet
-        child.expect_exact("(Pdb) ")
-        assert f"agent.py({finish_reason_line()})run()" in child.before
-        assert "-> finish_reason = resp.choices[0].finish_reason" in child.before
+        for command in commands:
+            child.sendline(command)
+            child.expect_exact("(Pdb) ")
+        for _ in range(15):  # run()'s first lines, up to the reply
+            if f"-> {REPLY_LINE}" in child.before:
+                break
+            child.sendline("")  # an empty line repeats n
+            child.expect_exact("(Pdb) ")
+        shown = child.before
         child.sendline("q")  # quits pdb at once: no "bug in the agent", no restart
         child.expect(pexpect.EOF)
         assert "bug" not in child.before and "Traceback" not in child.before
+        return shown
     finally:
         child.close(force=True)
+
+
+def test_the_pdb_tour_uses_no_line_numbers():
+    args, commands = pdb_tour()
+    assert commands[:2] == ["b agent.run", "c"] and "n" in commands
+    assert not any(re.search(r"\.py:\d", command) for command in commands)
+
+
+@pytest.mark.posix("pdb on a pseudo-terminal (pexpect.spawn)")
+def test_the_readme_pdb_commands_stop_at_the_line_after_the_reply(workdir):
+    shown = follow_the_tour(ROOT, workdir)
+    assert f"-> {REPLY_LINE}" in shown
+    assert "agent.py(" in shown and ")run()" in shown
+
+
+@pytest.mark.posix("pdb on a pseudo-terminal (pexpect.spawn)")
+def test_the_tour_still_works_after_lines_are_added_above_run(app, workdir):
+    shutil.copytree(ROOT / "examples", app / "examples")
+    source = (app / "agent.py").read_text(encoding="utf-8")
+    added = "\n".join(f"# a learner's line {n}" for n in range(7)) + "\n\n\ndef run("
+    (app / "agent.py").write_text(source.replace("\n\n\ndef run(", added, 1), encoding="utf-8")
+    assert f"-> {REPLY_LINE}" in follow_the_tour(app, workdir)
+
+
+@pytest.mark.posix("pdb reading its commands from a pipe")
+def test_pdb_with_its_commands_piped_in_does_not_crash(workdir):
+    args, _ = pdb_tour()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pdb", *args, "--workdir", str(workdir)],
+        input="b agent.run\nc\nn\nc\n", capture_output=True, text=True, timeout=60,
+        cwd=ROOT, env=clean_env(LLM_API_KEY=""),
+    )  # fmt: skip
+    assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout + proc.stderr
+    assert "391" in proc.stdout  # the replay ran to its end under pdb
 
 
 def test_the_debugging_tour_names_every_ide_configuration():
@@ -75,6 +99,23 @@ def test_the_debugging_tour_names_every_ide_configuration():
     for name in names:
         assert f"**{name}**" in tour, name
     assert ".vscode/launch.json" in tour and ".run/*.run.xml" in tour
+
+
+def add_a_tool_pieces() -> tuple[str, dict, tuple]:
+    """The README's "Add a tool": the function's source, the schema, and the TOOL_MAP entry."""
+    section = README[README.index("## Add a tool") :].split("\n## ")[0]
+    function, schema = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    (entry,) = re.findall(r'in `TOOL_MAP`: `"(\w+)": (\w+)`', section)
+    return function, ast.literal_eval(schema.strip().rstrip(",")), (entry[0], entry[1])
+
+
+def test_the_shipped_example_test_is_the_readmes_word_for_word():
+    section = README[README.index("## Test your change") :].split("\n## ")[0]
+    (example,) = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
+    shipped = (ROOT / "tests" / "test_readme_example.py").read_text(encoding="utf-8")
+    assert "tests/test_readme_example.py holds exactly this test" in section
+    body = example.split("\n\n\n", 1)[1]  # after the imports
+    assert body in shipped
 
 
 def test_the_quick_start_shows_the_line_a_run_without_a_key_gets(workdir):

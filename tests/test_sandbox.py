@@ -22,11 +22,12 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import finish, run_agent, spawn, stub_env, wait_for
+from conftest import execute, finish, run_agent, spawn, stub_env, use_workspace, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
 import agent
+from harness import cli
 
 pytestmark = pytest.mark.linux("bubblewrap is Linux only")
 
@@ -51,12 +52,12 @@ def sandbox(request, tmp_path):
         parent = tmp_path if request.param == "in /tmp" else Path(elsewhere)
         folder = parent / "work"
         folder.mkdir()
-        agent.set_up_tools(folder, timeout=10, yes=True, sandbox=True)
+        use_workspace(folder, timeout=10, yes=True, sandbox=True)
         yield folder
 
 
 def shell(command: str) -> str:
-    return agent.execute_tool_call(tool_call("run_shell", {"command": command}))
+    return execute(tool_call("run_shell", {"command": command}))
 
 
 def processes_running(*argv: str) -> list[int]:
@@ -183,7 +184,7 @@ def test_a_listener_on_the_hosts_127_0_0_1_is_unreachable_inside_and_reachable_o
 ):
     with Listener() as listener:
         inside = shell(connect_command(listener.port))
-        agent.set_up_tools(sandbox, timeout=10, yes=True, sandbox=False)
+        use_workspace(sandbox, timeout=10, yes=True, sandbox=False)
         outside = shell(connect_command(listener.port))
         deadline = time.monotonic() + 10
         while not listener.received and time.monotonic() < deadline:
@@ -197,7 +198,7 @@ def test_a_listener_on_the_hosts_127_0_0_1_is_unreachable_inside_and_reachable_o
 
 
 def test_a_hung_command_and_its_children_are_killed_at_the_timeout(sandbox):
-    agent.set_up_tools(sandbox, timeout=1, yes=True, sandbox=True)
+    use_workspace(sandbox, timeout=1, yes=True, sandbox=True)
     sleep = unique_sleep()
     command = f"echo before; {' '.join(sleep)} & setsid {' '.join(sleep)} & {' '.join(sleep)}"
     result = shell(command)
@@ -225,7 +226,7 @@ def test_exit_code_both_streams_and_the_output_cap_are_as_without_the_sandbox(sa
 def test_the_demo_task_runs_sandboxed_and_unattended(workdir):
     with StubServer(demo_script()) as server:
         proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", env=stub_env(server),
-                         stdin=agent.DEMO_TASK)  # fmt: skip
+                         stdin=cli.DEMO_TASK)  # fmt: skip
     assert server.problems == []
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"

@@ -7,7 +7,7 @@ import json
 import re
 
 import pytest
-from conftest import run_agent, stub_env
+from conftest import run_agent, saved_messages, stub_env
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
@@ -131,7 +131,7 @@ def test_a_think_block_stays_in_the_history_but_not_in_the_answer(
         proc = agent(server, workdir, save=save)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == answer
-    saved = [json.loads(line) for line in save.read_text().splitlines()]
+    saved = saved_messages(save)
     assert saved[-1]["content"] == content  # exactly as received
 
 

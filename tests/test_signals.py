@@ -23,6 +23,7 @@ WORST_MOMENT = """
 import os, signal, subprocess, sys
 sys.path.insert(0, {root!r})
 import agent
+from harness import cli
 
 
 class SignalledAtTheWorstMoment(subprocess.Popen):
@@ -35,7 +36,7 @@ class SignalledAtTheWorstMoment(subprocess.Popen):
 
 
 subprocess.Popen = SignalledAtTheWorstMoment
-sys.exit(agent.main())
+sys.exit(cli.main())
 """
 
 

@@ -10,20 +10,21 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, alive
+from conftest import ROOT, alive, execute, use_workspace
 from fake_model import tool_call
 
 import agent
+from harness import display, files
 
 
 @pytest.fixture
 def tools(workdir):
-    agent.set_up_tools(workdir, timeout=5, yes=True)
+    use_workspace(workdir, timeout=5, yes=True)
     return workdir
 
 
 def call(name: str, **arguments) -> str:
-    return agent.execute_tool_call(tool_call(name, arguments))
+    return execute(tool_call(name, arguments))
 
 
 # --- the workdir fence -----------------------------------------------------------------
@@ -57,7 +58,7 @@ def test_a_sibling_folder_whose_name_starts_with_the_workdirs_is_outside(tmp_pat
     play.mkdir()
     sibling.mkdir()
     (sibling / "secret").write_text("secret")
-    agent.set_up_tools(play, timeout=5, yes=True)
+    use_workspace(play, timeout=5, yes=True)
 
     for path in ("../playground2/secret", str(sibling / "secret")):
         assert "outside the workdir" in call("read_file", path=path)
@@ -143,7 +144,7 @@ def test_read_file_refuses_folders_and_replaces_bad_bytes(tools):
 
 
 def test_read_file_returns_only_the_two_ends_of_a_big_file(tools):
-    keep = agent.KEEP_CHARS
+    keep = files.keep(agent.MAX_RESULT_CHARS)
     (tools / "big.txt").write_text("H" * keep + "m" * 5_000_000 + "T" * keep)
     result = call("read_file", path="big.txt")
     assert result.startswith("H" * keep + "\n[... 5000000 bytes left out ...]\n")
@@ -157,10 +158,10 @@ MEASURED_READ = """
 import json, resource, sys
 sys.path.insert(0, sys.argv[1])
 import agent
-agent.set_up_tools(sys.argv[2], 5, True)
+ws = agent.Workspace(sys.argv[2], 5, True)
 resource.setrlimit(resource.RLIMIT_AS, (2**30, 2**30))  # no test may take the machine's memory
 before = resource.getrusage(resource.RUSAGE_SELF)
-result = agent.execute_tool_call({"function": {"name": "read_file", "arguments": sys.argv[3]}})
+result = agent.execute_tool_call({"function": {"name": "read_file", "arguments": sys.argv[3]}}, ws)
 after = resource.getrusage(resource.RUSAGE_SELF)
 cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
 print(json.dumps({"result": result, "cpu": cpu, "grown": after.ru_maxrss - before.ru_maxrss}))
@@ -183,7 +184,7 @@ def test_read_file_of_a_huge_sparse_file_reads_only_its_ends(tools):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     measured = json.loads(proc.stdout)
-    result, keep = measured["result"], agent.KEEP_CHARS
+    result, keep = measured["result"], files.keep(agent.MAX_RESULT_CHARS)
     assert result.startswith("head" + "\0" * (keep - 4) + "\n[... "), result[:200]
     assert f"\n[... {size - 2 * keep} bytes left out ...]\n" in result
     assert result.endswith("\0" * (keep - 4) + "tail") and len(result) <= agent.MAX_RESULT_CHARS
@@ -197,17 +198,20 @@ def test_read_file_of_a_huge_sparse_file_reads_only_its_ends(tools):
 
 
 def test_cap_keeps_head_and_tail_and_counts_what_it_left_out():
-    keep = agent.KEEP_CHARS
+    keep = files.keep(agent.MAX_RESULT_CHARS)
     text = "a" * keep + "b" * 30_000 + "c" * keep
-    capped = agent.cap(text)
+    capped = files.capped(text, agent.MAX_RESULT_CHARS)
     assert capped == "a" * keep + "\n[... 30000 characters left out ...]\n" + "c" * keep
     assert len(capped) <= agent.MAX_RESULT_CHARS
-    assert agent.cap("s" * agent.MAX_RESULT_CHARS) == "s" * agent.MAX_RESULT_CHARS
+    assert (
+        files.capped("s" * agent.MAX_RESULT_CHARS, agent.MAX_RESULT_CHARS)
+        == "s" * agent.MAX_RESULT_CHARS
+    )
 
 
 def test_every_tool_result_is_capped(tools):
     huge_name = "x" * 100_000
-    result = agent.execute_tool_call(tool_call(huge_name, "{}"))
+    result = execute(tool_call(huge_name, "{}"))
     assert result.startswith("Error: there is no tool")
     assert len(result) <= agent.MAX_RESULT_CHARS and "characters left out" in result
 
@@ -241,7 +245,7 @@ def test_long_shell_output_is_capped_with_head_and_tail(tools):
 
 @pytest.mark.posix("yes")
 def test_endless_output_does_not_fill_memory(tools):
-    agent.set_up_tools(tools, timeout=1, yes=True)
+    use_workspace(tools, timeout=1, yes=True)
     result = call("run_shell", command="yes")
     assert result.startswith("Error: timed out after 1 s")
     assert len(result) <= agent.MAX_RESULT_CHARS and result.count("characters left out") == 1
@@ -249,7 +253,7 @@ def test_endless_output_does_not_fill_memory(tools):
 
 @pytest.mark.posix("sleep, & and $! in /bin/sh")
 def test_a_timeout_kills_the_whole_process_group(tools):
-    agent.set_up_tools(tools, timeout=1, yes=True)
+    use_workspace(tools, timeout=1, yes=True)
     started = time.monotonic()
     result = call("run_shell", command="echo before; sleep 60 & echo $! > child.pid; wait")
     elapsed = time.monotonic() - started
@@ -286,8 +290,7 @@ class Terminal:
 
 def shell_calls(count: int) -> list[str]:
     return [
-        agent.execute_tool_call(tool_call("run_shell", {"command": f"echo ran >> log{i}"}))
-        for i in range(count)
+        execute(tool_call("run_shell", {"command": f"echo ran >> log{i}"})) for i in range(count)
     ]
 
 
@@ -303,7 +306,7 @@ def shell_calls(count: int) -> list[str]:
     ],
 )
 def test_approval_on_a_terminal(workdir, monkeypatch, capsys, answers, ran):
-    agent.set_up_tools(workdir, timeout=5, yes=False)
+    use_workspace(workdir, timeout=5, yes=False)
     monkeypatch.setattr("sys.stdin", Terminal(*answers))
     results = shell_calls(len(ran))
 
@@ -315,17 +318,17 @@ def test_approval_on_a_terminal(workdir, monkeypatch, capsys, answers, ran):
 
 
 def test_a_command_cannot_disguise_itself_with_terminal_escapes(workdir, monkeypatch, capsys):
-    agent.set_up_tools(workdir, timeout=5, yes=False)
+    use_workspace(workdir, timeout=5, yes=False)
     monkeypatch.setattr("sys.stdin", Terminal("n"))
     command = "rm -rf stuff\r\x1b[2Kecho harmless"
-    agent.execute_tool_call(tool_call("run_shell", {"command": command}))
+    execute(tool_call("run_shell", {"command": command}))
     err = capsys.readouterr().err
     assert "$ rm -rf stuff\\r\\x1b[2Kecho harmless" in err
     assert "\x1b[2K" not in err
 
 
 def test_without_a_terminal_nothing_runs_and_the_model_is_told(workdir, monkeypatch, capsys):
-    agent.set_up_tools(workdir, timeout=5, yes=False)
+    use_workspace(workdir, timeout=5, yes=False)
     monkeypatch.setattr("sys.stdin", open(os.devnull))
     [result] = shell_calls(1)
     assert result.startswith("Error: PermissionError: the command was not run")
@@ -335,13 +338,13 @@ def test_without_a_terminal_nothing_runs_and_the_model_is_told(workdir, monkeypa
 
 
 def test_yes_runs_without_asking(workdir, monkeypatch, capsys):
-    agent.set_up_tools(workdir, timeout=5, yes=True)
+    use_workspace(workdir, timeout=5, yes=True)
     monkeypatch.setattr("sys.stdin", Terminal())
     assert shell_calls(2)[1].startswith("exit code 0")
     assert "Run it?" not in capsys.readouterr().err
 
 
 def test_short_arguments_for_the_step_line():
-    assert agent.short_arguments(json.dumps({"path": "a.txt"})) == "path='a.txt'"
-    assert agent.short_arguments('{"path": ') == '{"path":'
-    assert len(agent.short_arguments(json.dumps({"content": "x" * 500}))) <= 70
+    assert display.short_arguments(json.dumps({"path": "a.txt"})) == "path='a.txt'"
+    assert display.short_arguments('{"path": ') == '{"path":'
+    assert len(display.short_arguments(json.dumps({"content": "x" * 500}))) <= 70

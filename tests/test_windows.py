@@ -19,11 +19,11 @@ import sys
 
 import pexpect
 import pytest
-from conftest import ROOT, clean_env, finish, run_agent, stub_env
+from conftest import ROOT, WORKSPACE, clean_env, execute, finish, run_agent, stub_env, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
-import agent
+from harness import processes
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="simulates Windows elsewhere")
 
@@ -37,9 +37,12 @@ for name in {posix_only!r}:
     for module in (os, signal):
         if hasattr(module, name):
             delattr(module, name)
+# Windows' msvcrt, for the transcript's lock: here a stand-in that locks nothing.
+import types
+sys.modules["msvcrt"] = types.SimpleNamespace(LK_NBLCK=2, locking=lambda fd, mode, size: None)
 sys.path.insert(0, {root!r})
-import agent
-sys.exit(agent.main())
+from harness import cli
+sys.exit(cli.main())
 """
 POSIX_ONLY = ["SIGHUP", "SIGKILL", "SIGQUIT", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGUSR1",
               "SIGUSR2", "pthread_sigmask", "pthread_kill", "sigwait", "setitimer", "alarm",
@@ -149,16 +152,16 @@ def windows_branch(monkeypatch, workdir):
             os.killpg(int(argv[-1]), signal.SIGKILL)
         return subprocess.CompletedProcess(argv, 0, b"", b"")
 
-    monkeypatch.setattr(agent, "ON_WINDOWS", True)
+    monkeypatch.setattr(processes, "ON_WINDOWS", True)
     monkeypatch.setattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0x200, raising=False)
     monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(subprocess, "run", run)
-    agent.set_up_tools(workdir, timeout=5, yes=True)
+    use_workspace(workdir, timeout=5, yes=True)
     return started, kills
 
 
 def shell(command: str) -> str:
-    return agent.execute_tool_call(tool_call("run_shell", {"command": command}))
+    return execute(tool_call("run_shell", {"command": command}))
 
 
 def test_on_windows_the_command_runs_through_cmd_exe_in_a_new_process_group(windows_branch):
@@ -168,7 +171,7 @@ def test_on_windows_the_command_runs_through_cmd_exe_in_a_new_process_group(wind
     assert args == "echo out && echo err 1>&2"
     assert options == {
         "shell": True,  # cmd.exe, as COMSPEC names it
-        "cwd": agent.workdir,
+        "cwd": WORKSPACE[0].folder,
         "creationflags": 0x200,  # CREATE_NEW_PROCESS_GROUP: Ctrl-C reaches only the agent
         "stdin": subprocess.DEVNULL,
         "stdout": subprocess.PIPE,
@@ -182,7 +185,7 @@ def test_on_windows_the_command_runs_through_cmd_exe_in_a_new_process_group(wind
 
 def test_on_windows_the_whole_tree_is_killed_at_the_timeout(windows_branch):
     started, kills = windows_branch
-    agent.set_up_tools(agent.workdir, timeout=1, yes=True)
+    use_workspace(WORKSPACE[0].folder, timeout=1, yes=True)
     result = shell("echo before; sleep 30")  # as it runs here; "ping -n 30 ..." in cmd.exe
     assert result.startswith("Error: timed out after 1 s")
     assert "Output so far:\nbefore\n" in result

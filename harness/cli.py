@@ -1,0 +1,470 @@
+"""The command line: `python agent.py [options] [TASK ...]`. Reads the options and settings,
+checks everything a user can get wrong before the first request (each mistake ends in one
+line that says what to do), picks the conversation to start or resume, and maps how the run
+ended to the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+VERSION = "0.2.0"  # pyproject.toml's version
+PYTHON = "python" if sys.platform == "win32" else "python3"  # the interpreter's name on PATH
+DEMO_TASK = (
+    "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
+    f"{PYTHON}, and tell me the real output."
+)
+EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python agent.py [options] [TASK ...]; returns the exit code (see the README)."""
+    never_fail_on_output()
+    parser = build_parser()
+    args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
+    if args.show:
+        from harness.transcripts import show_transcript
+
+        return show_transcript(args.show)
+    import agent
+    import model_client
+    from harness import display, processes
+
+    processes.exit_on_termination()
+    config: dict = {}  # for the error hints, whatever fails first
+    session = None
+    try:
+        config = model_client.load_config()
+        if args.sessions:
+            return list_sessions(config)
+        agent.check_tools()
+        check_options(parser, args)
+        check_paths(args)
+        if args.replay:
+            client = model_client.ReplayClient(args.replay, notify=display.say)
+            source = f"replaying {args.replay} (no model is asked; tools run for real)"
+        else:
+            client = model_client.create_client(config, timeout=args.request_timeout)
+            source = f"model {args.model or config['model']} at {config['base_url']}"
+        model = args.model or config["model"]
+        if args.sandbox:
+            processes.check_sandbox(args.workdir)
+        sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
+        display.say(f"{source}; workdir {args.workdir}{sandboxed}")
+        session = open_session(args, config, model)
+        task = " ".join(args.task).strip() or (args.replay and client.task())
+        task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
+        result = (agent.chat if args.chat else agent.run)(
+            task, client, model=model, max_steps=args.max_steps, session=session
+        )
+    except KeyboardInterrupt:
+        display.say("interrupted")
+        return 130
+    except model_client.AgentError as error:
+        display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
+        if session and type(error).__name__ == "BudgetReached":
+            display.say(session.counts(session.total))
+            session.close()
+            say_where_saved(session, args)
+            return EXIT_CODES["budget"]
+        return 1
+    except OSError as error:
+        display.say(f"error: {error}")
+        return 1
+    except ModuleNotFoundError as error:  # started with a Python that lacks the packages
+        display.say(f"error: {missing_package(error)}")
+        return 1
+    except Exception as error:
+        if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
+            raise
+        save = session and session.transcript and session.transcript.path
+        context = {"model": args.model or config.get("model"), "save": save}
+        message = model_client.describe_api_error(
+            error, config, timeout=args.request_timeout, **context
+        )
+        if message is None:
+            return report_bug(save)
+        display.say(f"error: {message}")
+        return 1
+    finally:
+        if session:
+            session.close()
+    say_where_saved(session, args)
+    return EXIT_CODES[result["stop_reason"]]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from agent import MAX_STEPS, SHELL_TIMEOUT, WORKDIR
+    from model_client import REQUEST_TIMEOUT
+
+    parser = argparse.ArgumentParser(
+        prog="agent.py",
+        description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
+        "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
+        "or on a terminal runs the lesson's demo task. Every conversation is saved, so it can "
+        "be resumed (-c, -r, --sessions).",
+        epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
+        "4 the answer is cut off or empty, 130 interrupted. Settings (config.env beside "
+        "agent.py, or the environment): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
+        "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
+        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT; see the README.",
+    )
+    add = parser.add_argument
+    add("task", nargs="*", metavar="TASK", help="the task, in words")
+    add("--version", action="version", version=f"%(prog)s {VERSION}")
+    add("--workdir", default=WORKDIR, help="folder the tools act in (default: %(default)s)")
+    add("--model", type=model_name, help="model name (default: LLM_MODEL, else deepseek-flash)")
+    add(
+        "--max-steps",
+        type=positive(int),
+        default=MAX_STEPS,
+        metavar="N",
+        help="stop after N model requests in a run or --chat turn (default: %(default)s)",
+    )
+    add(
+        "--max-cost",
+        type=positive(float),
+        metavar="AMOUNT",
+        help="stop before the next request once the session has cost AMOUNT (in LLM_CURRENCY; "
+        "default: LLM_MAX_COST, else no limit)",
+    )
+    add(
+        "--max-tokens",
+        type=positive(int),
+        metavar="N",
+        help="ask the server to end each reply after N tokens (default: LLM_MAX_TOKENS, else "
+        "the server's own limit)",
+    )
+    add(
+        "--request-timeout",
+        type=positive(float),
+        default=REQUEST_TIMEOUT,
+        metavar="SECONDS",
+        help="give up an attempt when the server sends nothing for this long (default: "
+        "%(default)g; the SDK makes up to three attempts)",
+    )
+    add(
+        "--stream",
+        action=argparse.BooleanOptionalAction,
+        help="show the model's thinking and text on stderr as they arrive (default: when stderr "
+        "is a terminal; --replay never streams)",
+    )
+    add("--yes", action="store_true", help="run every shell command unasked")
+    add(
+        "--sandbox",
+        action="store_true",
+        help="run shell commands under bubblewrap (Linux): only the workdir writable, a private "
+        "/tmp, no network; with --yes, the mode for unattended runs",
+    )
+    add(
+        "--timeout",
+        type=positive(float),
+        default=SHELL_TIMEOUT,
+        metavar="SECONDS",
+        help="time limit for each shell command (default: %(default)g)",
+    )
+    add(
+        "--chat",
+        action="store_true",
+        help="after each answer take a follow-up in the same conversation: typed at a '> ' "
+        "prompt on a terminal, else the next line of stdin; an empty line or end of input "
+        "ends the session; /compact compacts the conversation",
+    )
+    add(
+        "-c",
+        "--continue",
+        dest="continue_last",
+        action="store_true",
+        help="go on with the most recent conversation of this workdir",
+    )
+    add(
+        "-r",
+        "--resume",
+        metavar="ID_OR_FILE",
+        help="go on with a saved conversation: an ID from --sessions, or a transcript file",
+    )
+    add("--sessions", action="store_true", help="list the recent saved conversations")
+    add(
+        "--save",
+        metavar="FILE",
+        help="save the conversation to FILE (JSON Lines) instead of the sessions folder; FILE "
+        "must be new or empty",
+    )
+    add("--no-save", action="store_true", help="keep no transcript of this conversation")
+    add(
+        "--replay",
+        metavar="FILE",
+        help="take the model's replies from a saved transcript (offline; not saved)",
+    )
+    add("--raw", action="store_true", help="print every raw response on stderr")
+    add("--show", metavar="FILE", help="print a saved transcript as a timeline")
+    return parser  # fmt: skip
+
+
+def model_name(text: str) -> str:
+    from model_client import odd_character
+
+    problem = odd_character(text, invisible_only=True)
+    if problem:
+        raise argparse.ArgumentTypeError(f"the name contains {problem}")
+    return text
+
+
+def positive(kind):
+    def convert(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            value = 0
+        if not 0 < value < float("inf"):
+            raise argparse.ArgumentTypeError(f"expected a number above 0, got {text!r}")
+        return value
+
+    return convert
+
+
+def recovered(argv: list[str]) -> list[str]:
+    """The arguments as typed: in a locale that is not UTF-8 (LC_ALL=C), Python decodes the
+    UTF-8 bytes of a Chinese task into surrogate escapes, which could not be sent."""
+    return [os.fsencode(arg).decode("utf-8", "replace") for arg in argv]
+
+
+def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Options that cannot go together, or a file given where none is taken: exit 2."""
+    resuming = args.continue_last or args.resume
+    if args.continue_last and args.resume:
+        parser.error("-c (the most recent conversation) and -r (a chosen one): give one of them")
+    if args.save and resuming:
+        parser.error("a resumed conversation is saved where it was: drop --save")
+    if args.no_save and (args.save or resuming):
+        parser.error("--no-save keeps no transcript, so it goes with neither --save nor -c/-r")
+    if args.continue_last and args.task and os.path.isfile(args.task[0]):
+        parser.error(
+            f"-c/--continue takes no file: to go on with the conversation in {args.task[0]}, use "
+            f"--resume {args.task[0]}"
+        )
+    if args.replay and resuming:
+        parser.error("--replay starts its own conversation: drop -c/-r")
+    if args.task and not " ".join(args.task).strip():
+        parser.error("the task is only spaces: give it in words, or pipe it on stdin")
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Refuse a --workdir or --save that cannot work, naming the option, before any request."""
+    from model_client import AgentError
+
+    workdir, save = args.workdir, args.save
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise AgentError(
+            f"--workdir {workdir} is a file, not a folder: give a folder (a missing one is created)"
+        )
+    try:
+        os.makedirs(workdir, exist_ok=True)
+    except OSError as error:
+        raise AgentError(
+            f"--workdir {workdir}: cannot create the folder ({error.strerror})"
+        ) from None
+    if not save:
+        return
+    if os.path.isdir(save):
+        raise AgentError(
+            f"--save {save} is a folder: give a file name, such as "
+            f"{os.path.join(save, 'run.jsonl')}"
+        )
+    folder = os.path.dirname(os.path.abspath(save))
+    if not os.path.isdir(folder):
+        raise AgentError(
+            f"--save {save}: the folder {folder} does not exist; create it or save elsewhere"
+        )
+    from harness.sessions import check_new_save
+
+    check_new_save(save)
+
+
+def open_session(args: argparse.Namespace, config: dict, model: str):
+    """The session for this start: a new conversation saved in the sessions folder (or
+    --save's file, or nowhere), or a saved one to resume; prices, budget and window set."""
+    import agent
+    from harness import cost, sessions
+    from harness.session import Session
+    from model_client import AgentError
+
+    try:
+        prices = cost.prices_for(model, config)
+    except cost.PriceError as error:
+        raise AgentError(str(error)) from None
+    max_cost = args.max_cost or money_setting(config, "LLM_MAX_COST")
+    if max_cost and not prices:
+        raise AgentError(
+            f"--max-cost needs the model's price, and {model} has none known: set "
+            "LLM_PRICE_INPUT and LLM_PRICE_OUTPUT (per million tokens) for it"
+        )
+    workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
+    history, compaction, save = None, None, args.save
+    if args.continue_last or args.resume:
+        save, history, compaction = resumed(args, config, workspace.folder)
+    elif not (args.no_save or args.replay or save):
+        save = sessions.new_transcript(sessions_folder(config))
+    window = None  # the context window: wired in with harness/context_window.py
+    return Session(
+        agent.SYSTEM_PROMPT,
+        model=model,
+        workspace=workspace,
+        history=history,
+        save=save,
+        stream=streaming(args),
+        raw=args.raw,
+        max_tokens=args.max_tokens or max_tokens_setting(config),
+        prices=prices,
+        max_cost=max_cost,
+        window=window,
+    )
+
+
+def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
+    """-c or -r: the transcript's path, its messages (checked before anything is sent or
+    added), and its last compaction record (or None)."""
+    from harness import display, sessions
+    from harness.transcripts import check_conversation, transcript_lines
+    from model_client import AgentError
+
+    folder = sessions_folder(config)
+    if args.resume:
+        path = sessions.resolve(args.resume, folder)
+    else:
+        path = sessions.latest_for(workdir, folder)
+        if path is None:
+            raise AgentError(
+                f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
+                "continue: start one with a task; --sessions lists the saved ones"
+            )
+    try:
+        lines = transcript_lines(path)
+    except UnicodeDecodeError as error:
+        raise AgentError(f"{path} is not UTF-8 text: {error}") from None
+    check_conversation(path, lines)
+    history = [entry for _, entry in lines if "event" not in entry]
+    compactions = [entry for _, entry in lines if entry.get("event") == "compaction"]
+    display.say(f"continuing the conversation in {path} ({len(history)} messages)")
+    return str(path), history, (compactions[-1] if compactions else None)
+
+
+def say_where_saved(session, args: argparse.Namespace) -> None:
+    """After a conversation saved in the sessions folder, on a terminal: how to go on with it."""
+    from harness import display
+
+    transcript = session and session.transcript
+    if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
+        name = os.path.basename(transcript.path).removesuffix(".jsonl")
+        display.say(f"saved as {name}: go on with -c (the latest here) or -r {name}")
+
+
+def list_sessions(config: dict) -> int:
+    from harness import sessions
+
+    for line in sessions.sessions_report(sessions_folder(config)):
+        print(line)
+    return 0
+
+
+def sessions_folder(config: dict):
+    """Where conversations are saved: LLM_SESSIONS_DIR (config.env or the environment), else
+    the platform's usual place for the user's state."""
+    from harness import sessions
+
+    chosen = config.get("LLM_SESSIONS_DIR")
+    return sessions.sessions_dir({**os.environ, **({"LLM_SESSIONS_DIR": chosen} if chosen else {})})
+
+
+def money_setting(config: dict, name: str) -> float | None:
+    """A setting that is an amount of money above 0, or None when it is not set."""
+    from model_client import AgentError
+
+    text = config.get(name) or ""
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0
+    if not 0 < value < float("inf"):
+        raise AgentError(f"{name} must be an amount above 0, such as 0.50, not {text!r}")
+    return value
+
+
+def streaming(args: argparse.Namespace) -> bool:
+    """--stream or --no-stream if given; else stream when stderr is a terminal. Not --replay."""
+    if args.replay:
+        return False  # a saved reply has nothing to stream
+    return sys.stderr.isatty() if args.stream is None else args.stream
+
+
+def max_tokens_setting(config: dict) -> int | None:
+    """LLM_MAX_TOKENS as a number, or None when it is not set."""
+    from model_client import AgentError
+
+    text = config["max_tokens"]
+    if text and not (text.isdigit() and int(text) > 0):
+        raise AgentError(f"LLM_MAX_TOKENS must be a whole number above 0, not {text!r}")
+    return int(text) if text else None
+
+
+def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
+    With --chat, none yet: chat() asks for the first message as for every other."""
+    from harness.display import say
+
+    if args.chat:
+        return ""
+    if sys.stdin.isatty():
+        if args.continue_last or args.resume:
+            parser.error("-c and -r need the next message: give it as words, or add --chat")
+        say(f"no task given; running the demo task: {DEMO_TASK}")
+        return DEMO_TASK
+    say(
+        "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
+        "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
+    )
+    task = sys.stdin.read().strip()
+    if not task:
+        parser.error("no task: give it as words, or pipe it on stdin")
+    return task
+
+
+def never_fail_on_output() -> None:
+    """Characters the console cannot encode (Chinese on cp1252) come out as "?", never as an
+    error after the work is done; undecodable piped input becomes U+FFFD. A stream that can no
+    longer be changed (pdb has read from stdin already) is left as it is."""
+    import io
+
+    for stream in (sys.stdin, sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="replace")
+            except io.UnsupportedOperation:
+                pass
+
+
+def missing_package(error: ModuleNotFoundError) -> str:
+    package = {"dotenv": "python-dotenv"}.get(str(error.name).split(".")[0], error.name)
+    return (
+        f"the package {package} is not installed for this Python ({sys.executable}): activate "
+        "the project's virtual environment (. .venv/bin/activate, on Windows "
+        ".venv\\Scripts\\activate) or install the project with pip install -e ."
+    )
+
+
+def report_bug(save: str | None) -> int:
+    """Called inside an except block: an error no user can cause; keep its traceback."""
+    import traceback
+
+    from harness.display import say
+
+    traceback.print_exc()
+    transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
+    say(
+        "this is a bug in the agent, not something you did: please report it on the project's "
+        f"issue tracker (see the README) with the traceback above; {transcript}"
+    )
+    return 1

@@ -1,0 +1,205 @@
+"""The session: what lasts from the agent's start to its end, across every --chat turn, handed
+to run() as one object: the tools' workspace, the conversation and its transcript, what the
+server turned out to need, the totals, the budget, and the context window."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import model_client
+from harness import cost, display
+from harness.transcripts import Conversation, Transcript, answers_to_open_calls
+
+AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
+AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
+
+
+class BudgetReached(model_client.AgentError):
+    """--max-cost: the session has spent its budget; no request is made."""
+
+
+class Session:
+    """Made once per session (main() or the first run()); run() and chat() pass it along.
+
+    system_prompt starts a new conversation (with AGENTS.md from the workdir added); history is
+    a conversation to go on with; save is the transcript's path (appended to, never rewritten).
+    prices (harness.cost.Prices or None) price each reply; max_cost stops the session before a
+    request once it has spent that much; window (harness.context_window.Window or None) keeps
+    the conversation inside the model's context window.
+    """
+
+    def __init__(
+        self,
+        system_prompt: str,
+        *,
+        model: str | None = None,
+        workspace=None,
+        history: list[dict] | None = None,
+        save: str | os.PathLike | None = None,
+        stream: bool = False,
+        raw: bool = False,
+        max_tokens: int | None = None,
+        prices: cost.Prices | None = None,
+        max_cost: float | None = None,
+        window=None,
+    ) -> None:
+        if workspace is None:
+            from agent import Workspace
+
+            workspace = Workspace()
+        self.workspace = workspace
+        self.system_prompt, self.model = system_prompt, model
+        self.transcript = Transcript.open(save) if save else None
+        self.messages = Conversation(history or [], self.transcript)
+        self.stream, self.raw = stream, raw
+        self.limits = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own
+        self.quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
+        self.prices, self.max_cost, self.window = prices, max_cost, window
+        self.total = new_totals()  # the session's, over every turn that ran
+        self.turn = new_totals()
+        self.turns = self.cancelled = 0
+        self.turn_start = 0  # where the current turn's messages begin
+
+    def start(self, task: str) -> Conversation:
+        """Begin a turn: the conversation (a new one: the system prompt first), any calls a
+        cut-short turn left open answered, and task appended."""
+        messages = self.messages
+        if not messages:
+            from harness import sessions
+
+            messages.save(sessions.session_event(self.workspace.folder, self.model))
+            messages.append({"role": "system", "content": self.with_agents_file()})
+        why = "interrupted: the agent stopped before this call had a result"
+        for answer in answers_to_open_calls(messages, why):
+            messages.append(answer)
+        # A turn the server refused (a full context, a wrong key), tried again with the same
+        # words, is not added a second time.
+        if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
+            messages.append({"role": "user", "content": task})
+        self.turn, self.turn_start = new_totals(), len(messages)
+        return messages
+
+    def with_agents_file(self) -> str:
+        """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it."""
+        path = os.path.join(self.workspace.folder, AGENTS_FILE)
+        try:
+            with open(path, "rb") as file:
+                data = file.read(AGENTS_LIMIT + 1)
+        except OSError:  # none (or unreadable): the prompt as it is
+            return self.system_prompt
+        text = data[:AGENTS_LIMIT].decode("utf-8", "ignore")  # a character cut in two: dropped
+        cut = len(data) > AGENTS_LIMIT
+        note = f" (only its first {AGENTS_LIMIT // 1024} KiB: it is longer)" if cut else ""
+        display.say(f"read {AGENTS_FILE} from the workdir into the system prompt{note}")
+        cut_note = (
+            "\n\n[AGENTS.md continues beyond this point; read it for the rest]" if cut else ""
+        )
+        return (
+            f"{self.system_prompt}\n\nThe project's instructions for agents, from {AGENTS_FILE} "
+            f"in the workdir:\n\n{text}{cut_note}"
+        )
+
+    def ask(self, client, request: dict, messages: list[dict], step: int):
+        """One model request for step: client.chat.completions.create(**request, messages=...),
+        made once the budget allows it, with the conversation as the context window allows;
+        returns the ChatCompletion, its tokens and cost added up."""
+        self.check_budget()
+        sent = (
+            self.window.before_request(self, client, request, messages) if self.window else messages
+        )
+        with display.waiting(step, self.stream) as show:
+            try:
+                resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
+            except Exception as error:
+                if not (self.window and self.window.overflowed(error)):
+                    raise
+                sent = self.window.after_overflow(self, client, request, messages)
+                resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
+        self.note_reply(resp, len(sent))
+        return resp
+
+    def check_budget(self) -> None:
+        if self.max_cost is not None and self.total["cost"] >= self.max_cost:
+            spent = cost.money(self.total["cost"], self.prices.currency)
+            budget = cost.money(self.max_cost, self.prices.currency)
+            raise BudgetReached(
+                f"stopped: the budget (--max-cost {budget}) is spent ({spent} so far); the "
+                "conversation is saved: raise the budget and resume it to go on"
+            )
+
+    def note_reply(self, resp, sent_count: int) -> None:
+        """Print the raw response (--raw), warn of a cut-off reply, add up tokens and cost, and
+        keep them in the transcript."""
+        if self.raw:
+            display.say(resp.model_dump_json(indent=2))
+        if not resp.choices:  # some proxies answer 200 with an error body and no choices
+            detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
+            raise model_client.AgentError(f"the server's reply has no choices {detail}".rstrip())
+        reason = resp.choices[0].finish_reason
+        if reason in model_client.CUT_OFF:
+            display.say(
+                f"warning: the reply was cut off (finish_reason {reason}); it may be incomplete"
+            )
+        counts = cost.token_counts(resp.usage)
+        spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
+        for totals in (self.turn, self.total):
+            totals["steps"] += 1
+            for key, number in counts.items():
+                totals["usage"][key] += number
+            totals["cost"] += spent or 0
+        if self.window:
+            self.window.note_reply(counts["prompt_tokens"], sent_count)
+        currency = self.prices.currency if self.prices else None
+        event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
+        self.messages.save({**event, "currency": currency})
+
+    def finish(self, stop_reason: str, text: str | None) -> dict:
+        """The turn's result (see agent.run); its totals line is said."""
+        turn_messages = self.messages[self.turn_start :]
+        self.turn["tool_calls"] = sum(1 for m in turn_messages if m["role"] == "tool")
+        self.total["tool_calls"] += self.turn["tool_calls"]
+        self.turns += 1
+        display.say(self.counts(self.turn))
+        return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
+
+    def counts(self, totals: dict) -> str:
+        usage = totals["usage"]
+        money = f", cost {cost.money(totals['cost'], self.prices.currency)}" if self.prices else ""
+        return (
+            f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
+            f"prompt tokens {usage['prompt_tokens']}, "
+            f"cache-hit tokens {usage['cache_hit_tokens']}, "
+            f"completion tokens {usage['completion_tokens']}{money}"
+        )
+
+    def cancel_turn(self) -> None:
+        """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
+        for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
+            self.messages.append(answer)
+        self.cancelled += 1
+        display.say("interrupted: the turn was cancelled; type the next message, or Enter to end")
+
+    def end(self, result: dict) -> dict:
+        """The end of a --chat session: its totals line; result with the session's totals."""
+        cancelled = f" (and {self.cancelled} cancelled)" if self.cancelled else ""
+        display.say(f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}")
+        totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
+        return {**result, "messages": self.messages, **totals}
+
+    def compact_now(self, client, model: str) -> None:
+        """/compact in --chat: compact everything said so far."""
+        if not self.window:
+            from harness.context_window import Window
+
+            self.window = Window(None)
+        self.window.compact_now(self, client, {"model": model, **self.limits}, self.messages)
+
+    def close(self) -> None:
+        if self.transcript:
+            self.transcript.close()
+
+
+def new_totals() -> dict:
+    usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
+    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0}
