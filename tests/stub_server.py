@@ -15,6 +15,14 @@ usage in a last chunk without choices, `data: [DONE]`); a `Streamed` script item
 the quirky shapes other servers send, or holds, cuts or breaks the stream. The checks above run
 for streamed requests alike.
 
+With a window (window=N tokens) it plays each server's context window: it answers the server's
+own window endpoint (llama.cpp's GET /props, Ollama's POST /api/show, vLLM's GET /v1/models,
+LM Studio's GET /api/v0/models), and a request whose tokens (counted as for usage: a quarter of
+its bytes) exceed the window gets that server's overflow error, or, from Ollama, is cut silently
+as Ollama cuts it. With compactions_allowed, a request may start a new prefix (a compacted
+conversation, keeping the system prompt) and later ones must extend that; a request without
+tools is then a side request (the compaction's summary) outside the conversation.
+
 Used by the tests, tests/benchmark.py and tests/make_example.py; standard library plus pydantic
 (which the openai SDK brings).
 """
@@ -169,10 +177,38 @@ class StubServer:
     """
 
     def __init__(
-        self, script: list, api_key: str = "test-key", cache: bool = True, server: str = "deepseek"
+        self,
+        script: list,
+        api_key: str = "test-key",
+        cache: bool = True,
+        server: str = "deepseek",
+        *,
+        window: int | None = None,
+        ollama_truncates: bool = True,
+        num_ctx_in_parameters: bool = True,
+        compactions_allowed: bool = False,
+        model: str = "deepseek-flash",
     ) -> None:
+        """window: the context window in tokens (None: no window, no window endpoint).
+        ollama_truncates: Ollama cuts a long prompt silently (its default); False: it answers
+        400, as with context shift off. num_ctx_in_parameters: Ollama's /api/show has num_ctx
+        in its parameters (else only the trained length, which is then the window).
+        compactions_allowed: a request may start a new prefix (see the module's docstring).
+        model: the id the model lists give (vLLM, LM Studio)."""
         assert server in SERVERS, server
         self.server = server
+        self.window = window
+        self.ollama_truncates = ollama_truncates
+        self.num_ctx_in_parameters = num_ctx_in_parameters
+        self.compactions_allowed = compactions_allowed
+        self.model = model
+        self.probes: list[dict] = []  # every window-endpoint request: method, path, headers
+        self.compactions: list[int] = []  # the numbers (from 1) of requests that began anew
+        self.side_requests: list[dict] = []  # requests without tools (summaries), not in the
+        # conversation's sequence
+        self.truncated: list[int] = []  # Ollama: messages dropped from each request it cut
+        self.served_from = 0  # served[served_from:] are the assistant messages of the current
+        # prefix (after a compaction, the earlier ones are summarised away)
         self.rejected: list[str] = []  # what the server refused as that server does (not bugs)
         self.script = list(script)
         self.api_key = api_key
@@ -205,6 +241,8 @@ class StubServer:
 
     def answer(self, path: str, headers, body: bytes) -> tuple[int, dict, dict | Streamed]:
         """(status, headers, JSON body or the Streamed plan) for one request."""
+        if path.rstrip("/").endswith("/api/show"):
+            return self.window_endpoint("POST", path, headers, body)
         self.headers.append({name.lower(): value for name, value in headers.items()})
         if not path.endswith("/chat/completions"):
             return 404, {}, error_body(f"no route {path}", "not_found")
@@ -214,11 +252,20 @@ class StubServer:
         with self.lock:
             request = json.loads(body)
             self.sizes.append(len(body))
+            if self.compactions_allowed and not request.get("tools"):
+                return self.side_request(request)
             previous = self.requests[-1]["messages"] if self.requests else None
+            served_from = self.served_from
+            restart = self.begins_anew(request.get("messages"), sent_messages(body))
+            if restart:
+                previous = None
             self.requests.append(request)
-            problems = check_messages(request.get("messages"), self.served, previous)
+            served = self.served[self.served_from :]
+            problems = check_messages(request.get("messages"), served, previous)
             self.sent.append(sent_messages(body))
-            if len(self.sent) > 1 and not extends(self.sent[-1], self.sent[-2]):
+            if restart:
+                problems += restart if isinstance(restart, list) else []
+            elif len(self.sent) > 1 and not extends(self.sent[-1], self.sent[-2]):
                 problems.append(
                     "this request's messages do not begin with the last request's messages byte "
                     "for byte (a prefix cache would miss)"
@@ -239,10 +286,15 @@ class StubServer:
             if self.server == "ollama" and any(
                 m["role"] == "assistant" and m["content"] is None for m in request["messages"]
             ):
-                self.rejected.append("content null")
-                self.requests.pop()  # refused as Ollama does: the next request is not its sequel
-                self.sent.pop()
+                self.refuse("content null", restart, served_from)  # as Ollama refuses it
                 return 400, {}, error_body("invalid message content type: <nil>", "api_error")
+            counted = prompt_tokens(request)
+            if self.window and counted + self.completion_room(request) > self.window:
+                if self.server == "ollama" and self.ollama_truncates:
+                    counted = self.cut(request)
+                else:
+                    self.refuse("context overflow", restart, served_from)
+                    return self.overflow(counted, request)
             if not self.script:
                 self.problems.append(f"request {len(self.requests)} came after the script's end")
                 return 500, {}, error_body("the script is over", "server_error")
@@ -254,10 +306,7 @@ class StubServer:
             message = dict(message(request) if callable(message) else message)
             self.served.append(message)
             cached = len(json.dumps(previous)) // 4 if previous and self.cache else 0
-            # The same token counts whether streamed or not: the stream options do not count.
-            prompt = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
-            size = len(json.dumps(prompt, ensure_ascii=False, separators=(",", ":")).encode())
-            answer = chat_completion(message, len(self.requests), size // 4, cached)
+            answer = chat_completion(message, len(self.requests), counted, cached)
             # llama.cpp in single-model mode answers as its own model, whatever was asked for.
             answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
             if not request.get("stream"):
@@ -265,6 +314,142 @@ class StubServer:
             streamed.message = answer
             self.streams.append(streamed)
             return 200, {}, streamed
+
+    def refuse(self, reason: str, restart: object, served_from: int) -> None:
+        """A request refused as the server refuses it (no bug): the next one is not its sequel."""
+        self.rejected.append(reason)
+        self.requests.pop()
+        self.sent.pop()
+        if restart:  # nor did it begin a new prefix
+            self.compactions.pop()
+            self.served_from = served_from
+
+    def begins_anew(self, messages: object, sent: bytes) -> bool | list[str]:
+        """With compactions_allowed, whether a request starts a new prefix rather than extending
+        the last request (False: it is judged as any other request): True, or the problems of a
+        new prefix that drops the system prompt. The reasoning fields are then checked against
+        the last replies served, as many as the request has assistant messages."""
+        if not (self.compactions_allowed and self.sent and isinstance(messages, list)):
+            return False
+        if extends(sent, self.sent[-1]):
+            return False
+        self.compactions.append(len(self.requests) + 1)
+        kept = sum(isinstance(m, dict) and m.get("role") == "assistant" for m in messages)
+        self.served_from = max(0, len(self.served) - kept)
+        first = self.requests[-1]["messages"][:1]
+        if messages[:1] != first and first and first[0].get("role") == "system":
+            return ["a compacted conversation must begin with the same system prompt"]
+        return True
+
+    def side_request(self, request: dict) -> tuple[int, dict, dict]:
+        """A request without tools under compactions_allowed (a summary): checked and answered
+        from the script, outside the conversation's sequence. Called with the lock held."""
+        self.side_requests.append(request)
+        problems = check_messages(request.get("messages"), [], None)
+        if not request.get("model"):
+            problems.append("the request has no model")
+        counted = prompt_tokens(request)
+        if self.window and counted + self.completion_room(request) > self.window:
+            problems.append(f"the summary request ({counted} tokens) does not fit the window")
+        if problems:
+            self.problems += problems
+            return 400, {}, error_body("; ".join(problems), "invalid_request_error")
+        if not self.script:
+            self.problems.append("a side request came after the script's end")
+            return 500, {}, error_body("the script is over", "server_error")
+        item = self.script.pop(0)
+        if isinstance(item, Fail):
+            return item.status, item.headers, error_body(item.message, "scripted")
+        message = item.message if isinstance(item, Streamed) else item
+        message = dict(message(request) if callable(message) else message)
+        return 200, {}, chat_completion(message, len(self.side_requests), counted, 0)
+
+    def completion_room(self, request: dict) -> int:
+        """The tokens max_tokens takes from the window: DeepSeek and vLLM count it."""
+        if self.server in ("deepseek", "vllm", "lmstudio"):
+            return request.get("max_tokens") or 0
+        return 0
+
+    def overflow(self, counted: int, request: dict) -> tuple[int, dict, dict]:
+        """Each server's answer to a request longer than the window."""
+        window = self.window
+        if self.server == "llamacpp":
+            message = (
+                f"request ({counted} tokens) exceeds the available context size ({window} "
+                "tokens), try increasing it"
+            )
+            error = {"code": 400, "message": message, "type": "exceed_context_size_error"}
+            return 400, {}, {"error": {**error, "n_prompt_tokens": counted, "n_ctx": window}}
+        if self.server == "ollama":
+            message = (
+                "the prompt is longer than the context length currently available to the "
+                "model; reduce the prompt or increase num_ctx"
+            )
+            return 400, {}, error_body(message, "invalid_request_error")
+        completion = request.get("max_tokens") or 0
+        message = (
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{counted + completion} tokens ({counted} in the messages, {completion} in the "
+            "completion). Please reduce the length of the messages or completion."
+        )
+        if self.server == "vllm":
+            body = {"object": "error", "message": message, "type": "BadRequestError"}
+            return 400, {}, {**body, "param": None, "code": 400}
+        return 400, {}, error_body(message, "invalid_request_error")
+
+    def cut(self, request: dict) -> int:
+        """Ollama's silent truncation: the oldest messages but the system prompt and the last
+        message dropped until the prompt fits; returns its tokens."""
+        messages = list(request["messages"])
+        dropped = 0
+        while prompt_tokens({**request, "messages": messages}) > self.window:
+            index = next((i for i, m in enumerate(messages[:-1]) if m["role"] != "system"), None)
+            if index is None:
+                break
+            del messages[index]
+            dropped += 1
+        self.truncated.append(dropped)
+        return prompt_tokens({**request, "messages": messages})
+
+    def window_endpoint(self, method: str, path: str, headers, body: bytes):
+        """(status, headers, JSON body) for a server's window endpoint, as that server answers."""
+        self.probes.append(
+            {"method": method, "path": path, "headers": {k.lower(): v for k, v in headers.items()}}
+        )
+        path = path.split("?")[0].rstrip("/")
+        kind = {
+            ("GET", "/props"): "llamacpp",
+            ("POST", "/api/show"): "ollama",
+            ("GET", "/v1/models"): "vllm",
+            ("GET", "/models"): "vllm",
+            ("GET", "/api/v0/models"): "lmstudio",
+        }.get((method, path))
+        if not self.window or kind != self.server:
+            return 404, {}, error_body(f"no route {path}", "not_found")
+        if headers.get("Authorization") != f"Bearer {self.api_key}":
+            return 401, {}, error_body("Invalid API Key", "authentication_error")
+        window = self.window
+        if kind == "llamacpp":
+            settings = {"n_ctx": window, "temperature": 0.8, "n_predict": -1}
+            return 200, {}, {"default_generation_settings": settings, "total_slots": 1}
+        if kind == "ollama":
+            asked = json.loads(body or b"{}").get("model")
+            if not asked:
+                return 400, {}, {"error": "model is required"}
+            parameters = 'stop                           "<|im_end|>"'
+            if self.num_ctx_in_parameters:
+                parameters = f"num_ctx                        {window}\n{parameters}"
+            trained = window * 4 if self.num_ctx_in_parameters else window
+            info = {"general.architecture": "qwen3", "qwen3.context_length": trained}
+            return 200, {}, {"parameters": parameters, "model_info": info, "details": {}}
+        entry = {"id": self.model, "object": "model", "owned_by": kind}
+        if kind == "vllm":
+            entry["max_model_len"] = window
+        else:
+            entry.update(state="loaded", max_context_length=window * 4)
+            entry["loaded_context_length"] = window
+        other = {"id": "other-model", "object": "model", "owned_by": kind, "state": "not-loaded"}
+        return 200, {}, {"object": "list", "data": [other, entry]}
 
     def _handler(self):
         server = self
@@ -283,12 +468,22 @@ class StubServer:
                 with contextlib.suppress(ConnectionResetError):
                     super().handle()
 
+            def do_GET(self) -> None:
+                with server.lock:
+                    status, headers, payload = server.window_endpoint(
+                        "GET", self.path, self.headers, b""
+                    )
+                self.send_json(status, headers, payload)
+
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 status, headers, payload = server.answer(self.path, self.headers, body)
                 if isinstance(payload, Streamed):
                     self.send_stream(payload)
                     return
+                self.send_json(status, headers, payload)
+
+            def send_json(self, status: int, headers: dict, payload: dict) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -344,6 +539,13 @@ class StubServer:
                 pass
 
         return Handler
+
+
+def prompt_tokens(request: dict) -> int:
+    """A request's prompt tokens as the stub counts them: a quarter of its compact JSON's
+    bytes, the stream options left out (the same count whether streamed or not)."""
+    prompt = {k: v for k, v in request.items() if k not in ("stream", "stream_options")}
+    return len(json.dumps(prompt, ensure_ascii=False, separators=(",", ":")).encode()) // 4
 
 
 def error_body(message: str, kind: str) -> dict:
