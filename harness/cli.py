@@ -306,7 +306,13 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
         save, history, compaction = resumed(args, config, workspace.folder)
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(sessions_folder(config))
-    window = None  # the context window: wired in with harness/context_window.py
+    max_tokens = args.max_tokens or max_tokens_setting(config)
+    window = context_window(config, model, max_tokens, None if args.replay else config)
+    if compaction:
+        try:
+            window.restore(compaction, history)
+        except ValueError as error:
+            raise AgentError(f"{save}: {error}") from None
     return Session(
         agent.SYSTEM_PROMPT,
         model=model,
@@ -315,17 +321,36 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
         save=save,
         stream=streaming(args),
         raw=args.raw,
-        max_tokens=args.max_tokens or max_tokens_setting(config),
+        max_tokens=max_tokens,
         prices=prices,
         max_cost=max_cost,
         window=window,
     )
 
 
+def context_window(config: dict, model: str, max_tokens: int | None, server: dict | None):
+    """The context window's keeper: its size from LLM_CONTEXT_TOKENS, else asked from the
+    server (in the background; not for --replay, which has none), else known models."""
+    import agent
+    import model_client
+    from harness.context_window import Window, compact_at_setting
+
+    settings = {"context_tokens": config.get("LLM_CONTEXT_TOKENS"), "model": model}
+    if server:
+        settings.update(base_url=server["base_url"], api_key=server["api_key"])
+    try:
+        size = model_client.find_window(settings)
+        compact_at = compact_at_setting(config.get("LLM_COMPACT_AT"))
+    except ValueError as error:
+        raise model_client.AgentError(str(error)) from None
+    return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=agent.TOOLS)
+
+
 def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
     """-c or -r: the transcript's path, its messages (checked before anything is sent or
     added), and its last compaction record (or None)."""
     from harness import display, sessions
+    from harness.context_window import split_transcript
     from harness.transcripts import check_conversation, transcript_lines
     from model_client import AgentError
 
@@ -344,10 +369,12 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
     except UnicodeDecodeError as error:
         raise AgentError(f"{path} is not UTF-8 text: {error}") from None
     check_conversation(path, lines)
-    history = [entry for _, entry in lines if "event" not in entry]
-    compactions = [entry for _, entry in lines if entry.get("event") == "compaction"]
+    try:
+        history, compaction = split_transcript([entry for _, entry in lines])
+    except ValueError as error:
+        raise AgentError(f"{path}: {error}") from None
     display.say(f"continuing the conversation in {path} ({len(history)} messages)")
-    return str(path), history, (compactions[-1] if compactions else None)
+    return str(path), history, compaction
 
 
 def say_where_saved(session, args: argparse.Namespace) -> None:

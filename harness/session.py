@@ -105,19 +105,76 @@ class Session:
         made once the budget allows it, with the conversation as the context window allows;
         returns the ChatCompletion, its tokens and cost added up."""
         self.check_budget()
-        sent = (
-            self.window.before_request(self, client, request, messages) if self.window else messages
-        )
+        sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
             try:
                 resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
-            except Exception as error:
-                if not (self.window and self.window.overflowed(error)):
+            except Exception as error:  # a full context: compacted and sent again, once
+                if not self.compacted_after_overflow(client, request, messages, error):
                     raise
-                sent = self.window.after_overflow(self, client, request, messages)
+                sent = self.window.view(messages)
                 resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
-        self.note_reply(resp, len(sent))
+        self.note_reply(resp, sent)
         return resp
+
+    def within_window(self, client, request: dict, messages: list[dict]) -> list[dict]:
+        """What to send: the conversation, compacted first if this request would pass the
+        threshold of the context window (harness/context_window.py)."""
+        if not self.window:
+            return messages
+        self.keep(self.window.before_request(messages, self.summarizer(client, request)))
+        return self.window.view(messages)
+
+    def compacted_after_overflow(self, client, request, messages, error) -> bool:
+        """The server said the context is full: compact (the record kept), True; or False if
+        this is no such error or nothing is left to compact."""
+        if not (self.window and model_client.is_context_overflow(error)):
+            return False
+        display.say("context: the server says the conversation does not fit; compacting it")
+        record = self.window.on_overflow(error, messages, self.summarizer(client, request))
+        self.keep(record)
+        return record is not None
+
+    def compact_now(self, client, model: str) -> None:
+        """/compact in --chat: compact everything said so far, now."""
+        if not self.window:
+            from harness.context_window import Window
+
+            self.window = Window(None)
+        request = {"model": model, **self.limits}
+        record = self.window.compact(self.messages, self.summarizer(client, request))
+        if not self.keep(record):
+            display.say("context: nothing to compact yet")
+
+    def keep(self, record: dict | None) -> dict | None:
+        """A compaction's record into the transcript, and its line for the user."""
+        if record:
+            from harness.context_window import describe
+
+            self.messages.save(record)
+            display.say(describe(record, self.window.size))
+        return record
+
+    def summarizer(self, client, request: dict):
+        """The function a compaction calls for a summary: one request without tools (its
+        tokens and cost counted), the reply's text; None if it fails, so the compaction falls
+        back on shortening old tool results."""
+
+        def summarize(summary_messages: list[dict], max_tokens: int) -> str | None:
+            display.say("context: asking the model to summarize the earlier conversation")
+            summary_request = {"model": request["model"], "max_tokens": max_tokens}
+            try:
+                resp = model_client.ask(
+                    client, summary_messages, summary_request, self.quirks, display.say
+                )
+            except Exception as error:  # the summary is a nicety: never the end of the run
+                display.say(f"context: no summary ({display.one_line(error, 160)})")
+                return None
+            self.add_up(resp)
+            reply = resp.choices[0].message.content if resp.choices else None
+            return model_client.without_thinking(reply or "")
+
+        return summarize
 
     def check_budget(self) -> None:
         if self.max_cost is not None and self.total["cost"] >= self.max_cost:
@@ -128,9 +185,9 @@ class Session:
                 "conversation is saved: raise the budget and resume it to go on"
             )
 
-    def note_reply(self, resp, sent_count: int) -> None:
-        """Print the raw response (--raw), warn of a cut-off reply, add up tokens and cost, and
-        keep them in the transcript."""
+    def note_reply(self, resp, sent: list[dict]) -> None:
+        """Print the raw response (--raw), warn of a cut-off reply or of a server that cut the
+        conversation, add up tokens and cost."""
         if self.raw:
             display.say(resp.model_dump_json(indent=2))
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
@@ -138,21 +195,34 @@ class Session:
             raise model_client.AgentError(f"the server's reply has no choices {detail}".rstrip())
         reason = resp.choices[0].finish_reason
         if reason in model_client.CUT_OFF:
-            display.say(
-                f"warning: the reply was cut off (finish_reason {reason}); it may be incomplete"
-            )
+            warning = f"warning: the reply was cut off (finish_reason {reason})"
+            display.say(f"{warning}; it may be incomplete")
+        counts = self.add_up(resp)
+        self.turn["steps"] += 1
+        self.total["steps"] += 1
+        if self.window:
+            warning = self.window.after_reply(sent, counts["prompt_tokens"] or None)
+            if warning:
+                display.say(f"warning: {warning}")
+            if self.window.size:  # one tool result never fills the window
+                from harness.context_window import result_cap
+
+                limit = result_cap(self.window.size)
+                self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
+
+    def add_up(self, resp) -> dict:
+        """A reply's tokens and cost, added to the turn's and the session's totals and kept in
+        the transcript; returns its token counts."""
         counts = cost.token_counts(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
         for totals in (self.turn, self.total):
-            totals["steps"] += 1
             for key, number in counts.items():
                 totals["usage"][key] += number
             totals["cost"] += spent or 0
-        if self.window:
-            self.window.note_reply(counts["prompt_tokens"], sent_count)
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
+        return counts
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
@@ -186,14 +256,6 @@ class Session:
         display.say(f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}")
         totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
         return {**result, "messages": self.messages, **totals}
-
-    def compact_now(self, client, model: str) -> None:
-        """/compact in --chat: compact everything said so far."""
-        if not self.window:
-            from harness.context_window import Window
-
-            self.window = Window(None)
-        self.window.compact_now(self, client, {"model": model, **self.limits}, self.messages)
 
     def close(self) -> None:
         if self.transcript:
