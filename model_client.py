@@ -347,7 +347,7 @@ def mend(chunk, calls: dict[int, list[dict]]) -> None:
 def show_delta(delta, show) -> None:
     """Pass a delta's thinking and text on to show (reasoning_content, or vLLM's reasoning)."""
     extra = delta.model_extra or {}
-    thinking = extra.get("reasoning_content") or extra.get("reasoning")
+    thinking = next((extra[field] for field in REASONING_FIELDS if extra.get(field)), None)
     if isinstance(thinking, str) and thinking:
         show("thinking", thinking)
     if delta.content:

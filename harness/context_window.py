@@ -33,6 +33,7 @@ import math
 from collections.abc import Callable, Mapping
 
 import model_client
+from harness.display import one_line, short_arguments
 
 # --- Settings ---------------------------------------------------------------------------------
 
@@ -175,20 +176,8 @@ def call_text(call: dict | None, width: int = 120) -> str:
     if not isinstance(call, dict):
         return "this tool call"
     function = call.get("function") or {}
-    name, arguments = function.get("name") or "?", function.get("arguments") or ""
-    try:
-        parsed = json.loads(arguments or "{}")
-    except (json.JSONDecodeError, TypeError):
-        parsed = None
-    if isinstance(parsed, dict):
-        pairs = [f"{key}={shortened(repr(value), 60)}" for key, value in parsed.items()]
-        arguments = ", ".join(pairs)
-    return f"{name}({shortened(str(arguments), width)})"
-
-
-def shortened(text: str, width: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
+    name, arguments = function.get("name") or "?", str(function.get("arguments") or "")
+    return f"{name}({one_line(short_arguments(arguments), width)})"
 
 
 def last_index(messages: list[dict], role: str) -> int:

@@ -52,8 +52,8 @@ def short_arguments(arguments: str) -> str:
 
 def one_line(text: object, width: int = 100) -> str:
     """text on one line, shortened to width with "...", control characters as escapes."""
-    flat = " ".join(str(text).split())
-    return visible(flat if len(flat) <= width else flat[: width - 3] + "...")
+    flat = visible(" ".join(str(text).split()))
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 def visible(text: str) -> str:

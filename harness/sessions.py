@@ -25,6 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from harness.display import one_line
 from model_client import AgentError
 
 APP = "minimal-agent"
@@ -298,7 +299,7 @@ def format_sessions(rows: list[Session], folder: str | os.PathLike, hidden: int 
             str(row.turns),
             format_cost(row.costs, row.unpriced),
             _short_path(row.workdir) if row.workdir else "-",
-            _one_line(f"({row.problem})" if row.problem else row.task or "-", TASK_WIDTH),
+            one_line(f"({row.problem})" if row.problem else row.task or "-", TASK_WIDTH),
         )
         for row in rows
     ]
@@ -346,11 +347,6 @@ def _short_path(path: str) -> str:
         path = "~" + path[len(home) :]
     path = _visible(path)
     return path if len(path) <= WORKDIR_WIDTH else "..." + path[-(WORKDIR_WIDTH - 3) :]
-
-
-def _one_line(text: str, width: int) -> str:
-    flat = _visible(" ".join(text.split()))
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
 def _visible(text: str) -> str:

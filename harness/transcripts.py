@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from model_client import AgentError
+from model_client import REASONING_FIELDS, AgentError
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -179,7 +179,7 @@ def message_problem(message: object) -> str | None:
     role = message.get("role")
     if role not in ROLES:
         return f"has the role {json.dumps(role)}; a message's role is one of {', '.join(ROLES)}"
-    text_fields = ["reasoning_content", "reasoning"] + (["content"] if role == "assistant" else [])
+    text_fields = [*REASONING_FIELDS] + (["content"] if role == "assistant" else [])
     for field in text_fields:
         if message.get(field) is not None and not isinstance(message[field], str):
             return f"has a {json_kind(message[field])} as its {field!r}, not a string"
@@ -214,7 +214,6 @@ def json_kind(value: object) -> str:
 def show_transcript(path: str) -> int:
     """--show: print a saved transcript as a readable timeline."""
     from harness.display import one_line, say, short_arguments
-    from model_client import REASONING_FIELDS
 
     try:
         lines = transcript_lines(path, tolerant=True)
