@@ -361,15 +361,40 @@ def test_bad_usage_gives_exit_2(args):
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_help_lists_every_option_and_does_not_import_openai():
-    proc = run_agent("--help", env=clean_env(PYTHONPROFILEIMPORTTIME="1"))
+def test_help_lists_every_option_and_imports_nothing_it_does_not_need():
+    proc = run_agent("--help", env=clean_env(PYTHONPROFILEIMPORTTIME="1", COLUMNS="100"))
     assert proc.returncode == 0
     for option in ("--workdir", "--model", "--max-steps", "--yes", "--timeout", "--save",
                    "--replay", "--raw", "--show", "--chat", "--continue"):  # fmt: skip
         assert option in proc.stdout
+    assert proc.stdout.startswith("usage: agent.py [options] [TASK ...]\n")
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 98  # COLUMNS, less 2
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "json" in imported  # the import log works
-    assert not {name for name in imported if name.split(".")[0] in ("openai", "dotenv")}
+    assert "json" in imported and "argparse" in imported  # the import log works
+    # The SDK and dotenv, the pricing, threads, subprocesses, signals, and what argparse's own
+    # formatter would import (shutil for the width, textwrap): none of it is needed for --help.
+    unneeded = {"openai", "dotenv", "harness.cost", "harness.context_window", "harness.sessions",
+                "threading", "subprocess", "signal", "shutil", "textwrap"}  # fmt: skip
+    assert not {name for name in imported if name in unneeded or name.split(".")[0] in unneeded}
+
+
+@pytest.mark.parametrize("columns", ["100", "60"])
+def test_help_is_laid_out_as_argparse_lays_it_out(columns, monkeypatch):
+    # The formatter that spares --help shutil and textwrap gives argparse's layout: the same
+    # text in the same order, within the terminal's width, a word cut at a hyphen kept whole.
+    import argparse
+
+    monkeypatch.setenv("COLUMNS", columns)
+    ours = cli.build_parser().format_help()
+    parser = cli.build_parser()
+    parser.formatter_class = argparse.HelpFormatter
+    theirs = parser.format_help()
+    assert "".join(ours.split()) == "".join(theirs.split())
+    assert [line[:24].strip() for line in ours.splitlines() if line.startswith("  -")] == [
+        line[:24].strip() for line in theirs.splitlines() if line.startswith("  -")
+    ]
+    for line in ours.splitlines():
+        assert len(line) <= int(columns) - 2 or " " not in line.strip(), line
 
 
 def test_show_prints_a_transcript_as_a_timeline(tmp_path):
