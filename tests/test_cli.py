@@ -271,6 +271,60 @@ def test_the_task_can_be_piped_on_stdin(workdir):
     assert server.requests[0]["messages"][1]["content"] == "a task\nin lines"
 
 
+@pytest.mark.parametrize(
+    "args, stdin, said",
+    [
+        (["   "], "", "the task is only spaces: give it in words, or pipe it on stdin"),
+        (["\t", " \n "], "", "the task is only spaces: give it in words, or pipe it on stdin"),
+        ([""], "", "the task is only spaces: give it in words, or pipe it on stdin"),
+        ([], " \n\t\n", "no task: give it as words, or pipe it on stdin"),
+    ],
+    ids=["spaces", "tab-and-newline", "empty", "stdin"],
+)
+def test_a_task_of_only_whitespace_is_refused_as_bad_usage(workdir, args, stdin, said):
+    with StubServer([final("should not be asked")], api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), *args, env=stub_env(server), stdin=stdin)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.rstrip().endswith(f"agent.py: error: {said}")
+    assert "usage: agent.py" in proc.stderr and "Traceback" not in proc.stderr
+    assert server.requests == [] and server.headers == []
+
+
+def test_version_prints_the_version_that_pyproject_toml_gives():
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        version = tomllib.load(file)["project"]["version"]
+    assert cli.VERSION == version  # one version, in both places
+    proc = run_agent("--version", env=clean_env())
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout == f"agent.py {version}\n"
+
+
+@pytest.mark.posix("the C locale, as a minimal Linux container or an old ssh session has it")
+def test_a_chinese_task_typed_in_a_c_locale_reaches_the_model_as_typed(workdir):
+    task = "创建 hello.py 并运行它"
+    # Neither UTF-8 mode nor locale coercion: Python decodes the arguments as ASCII.
+    env = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding(), ascii(sys.argv[1]))",
+         task], capture_output=True, text=True, env=clean_env(**env), check=True,
+    )  # fmt: skip
+    assert probe.stdout.split()[0] == "ascii"  # what agent.py gets: surrogate escapes
+    assert "\\udce5" in probe.stdout
+    with StubServer([final("好的: hello.py 已创建")], api_key=KEY) as server:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), task],
+            capture_output=True, env=stub_env(server, **env), timeout=60, cwd=workdir,
+        )  # fmt: skip
+    err = proc.stderr.decode("ascii", "replace")
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert server.requests[0]["messages"][1]["content"] == task  # exactly as typed
+    assert server.problems == []
+    assert proc.stdout == b"??: hello.py ???\n"  # the console cannot show it: "?", no error
+
+
 def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdir):
     script = [
         {
