@@ -266,8 +266,19 @@ def chat(
 
 def check_tools() -> None:
     """Stop before the first request when TOOLS and TOOL_MAP disagree: a schema without a
-    function, or a function without a schema (one line naming the tool and what is missing)."""
-    schemas = {tool.get("function", {}).get("name"): tool for tool in TOOLS}
+    function, or a function without a schema (one line naming the tool and what is missing);
+    or a schema, or a function, that cannot work (harness/tool_schema.py says why)."""
+    schemas = {}
+    for number, tool in enumerate(TOOLS, 1):
+        problem = tool_schema.schema_mistake(tool)
+        if problem:
+            raise model_client.AgentError(
+                f"{tool_schema.tool_label(tool, number)} in TOOLS {problem}"
+            )
+        name = tool["function"]["name"]
+        if name in schemas:
+            raise model_client.AgentError(f"the tool {name!r} has two schemas in TOOLS: keep one")
+        schemas[name] = tool
     for name in schemas:
         if name not in TOOL_MAP:
             raise model_client.AgentError(
@@ -281,9 +292,6 @@ def check_tools() -> None:
                 "cannot call it: add its schema to TOOLS (see the README's 'Add a tool')"
             )
     for name, tool in schemas.items():
-        problem = tool_schema.schema_mistake(tool)
-        if problem:
-            raise model_client.AgentError(f"the schema of the tool {name!r} in TOOLS {problem}")
         parameters = tool["function"].get("parameters", {})
         problem = tool_schema.signature_mistake(TOOL_MAP[name], parameters)
         if problem:

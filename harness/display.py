@@ -112,7 +112,7 @@ def waiting(step: int, stream: bool = False):
     log, or under a debugger, whose prompt it would overwrite). With stream, yields the function
     that shows the reply's thinking and text as they arrive, on stderr (the counting line gives
     way to them); without, yields None."""
-    animate = sys.stderr.isatty() and sys.gettrace() is None
+    animate = sys.stderr.isatty() and not debugger_attached()
     stop_counting = count_seconds(step) if animate else lambda: None
     shown = {"kind": None}  # what the last piece shown was: "thinking", "text" or None
 
@@ -130,6 +130,14 @@ def waiting(step: int, stream: bool = False):
     finally:
         stop_counting()
         end_piece(shown["kind"])
+
+
+def debugger_attached() -> bool:
+    """A debugger is attached: a trace function is set (pdb, and IDE debuggers up to Python
+    3.11), or a tool holds sys.monitoring's debugger slot (debugpy from Python 3.12)."""
+    monitoring = getattr(sys, "monitoring", None)  # Python 3.12 and later
+    in_slot = monitoring is not None and monitoring.get_tool(monitoring.DEBUGGER_ID) is not None
+    return sys.gettrace() is not None or in_slot
 
 
 def count_seconds(step: int):  # -> a function that stops the count and wipes its line

@@ -2,7 +2,8 @@
 started at the time-out or when the agent stops; its output read to the end but only its two
 ends kept; signals held while that is set up; the bubblewrap sandbox (--sandbox).
 
-Nothing POSIX-only is touched at import, so the agent starts on Windows too.
+Nothing POSIX-only is touched at import, so the agent starts on Windows too; signal and
+threading are imported where they are used, so `agent.py --help` starts without them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,6 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
-import signal
 import sys
 
 from harness import files
@@ -86,6 +86,8 @@ def kill_process_group(pid: int) -> None:
         kill = ["taskkill", "/F", "/T", "/PID", str(pid)]
         subprocess.run(kill, stdin=subprocess.DEVNULL, capture_output=True)  # gone already: fine
         return
+    import signal
+
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)  # under bwrap, --die-with-parent takes its sandbox along
 
@@ -95,6 +97,7 @@ def signals_held():
     """Ctrl-C, SIGTERM and SIGHUP arriving in the block act only when it ends, or inside the
     `with let_through():` it yields. Only the main thread can set handlers; an ignored or
     default signal is left as it is."""
+    import signal
     import threading
 
     arrived: list[int] = []
@@ -130,12 +133,16 @@ def signals_held():
 
 def termination_signals() -> list[int]:
     """SIGTERM, and SIGHUP where there is one (not on Windows)."""
+    import signal
+
     return [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
 
 
 def exit_on_termination() -> None:
     """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
     command. A signal the user ignores (nohup) stays ignored."""
+    import signal
+
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
             signal.signal(number, lambda signum, frame: sys.exit(128 + signum))

@@ -8,7 +8,7 @@ import json
 import os
 
 import model_client
-from harness import cost, display
+from harness import display  # and harness.cost where a price is needed: --help stays fast
 from harness.transcripts import Conversation, Transcript, answers_to_open_calls
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
@@ -40,7 +40,7 @@ class Session:
         stream: bool = False,
         raw: bool = False,
         max_tokens: int | None = None,
-        prices: cost.Prices | None = None,
+        prices=None,
         max_cost: float | None = None,
         window=None,
     ) -> None:
@@ -177,6 +177,8 @@ class Session:
         return summarize
 
     def check_budget(self) -> None:
+        from harness import cost
+
         if self.max_cost is not None and self.total["cost"] >= self.max_cost:
             spent = cost.money(self.total["cost"], self.prices.currency)
             budget = cost.money(self.max_cost, self.prices.currency)
@@ -213,6 +215,8 @@ class Session:
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
         the transcript; returns its token counts."""
+        from harness import cost
+
         counts = cost.token_counts(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
         for totals in (self.turn, self.total):
@@ -234,6 +238,8 @@ class Session:
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
 
     def counts(self, totals: dict) -> str:
+        from harness import cost
+
         usage = totals["usage"]
         money = f", cost {cost.money(totals['cost'], self.prices.currency)}" if self.prices else ""
         return (

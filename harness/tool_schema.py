@@ -1,6 +1,9 @@
-"""Checking a tool's schema and a call's arguments against it, as the OpenAI docs write a
+"""Checking a tool's schema, its function and a call's arguments, as the OpenAI docs write a
 schema: an object of named properties, each with a JSON type (string, integer, number, boolean,
-array, object) or an enum, and an optional list of the required ones."""
+array, object, null, or a list of them), an enum, or "anyOf" alternatives; array items checked
+against "items"; an optional list of the required ones. The function takes the workspace, then
+the properties by name; one the schema does not require needs a default, since a call may
+leave it out (it is then left out of the call, not passed as None)."""
 
 from __future__ import annotations
 
@@ -17,9 +20,23 @@ JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a bo
               list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
 
 
+def tool_label(tool: object, number: int) -> str:
+    """How an error names a TOOLS entry: by its tool's name where it has one, else its place."""
+    function = tool.get("function") if isinstance(tool, dict) else None
+    name = function.get("name") if isinstance(function, dict) else None
+    name = name or (tool.get("name") if isinstance(tool, dict) else None)
+    return f"the schema of the tool {name!r}" if isinstance(name, str) else f"entry {number}"
+
+
 def schema_mistake(tool: object) -> str | None:
     """What makes a TOOLS entry unusable, in words that finish "the schema of the tool X in
     TOOLS ...", or None."""
+    if isinstance(tool, dict) and "name" in tool and "function" not in tool:
+        return (
+            'is in the Responses API\'s flat form ("name" beside "type"): the Chat Completions '
+            'API wants {"type": "function", "function": {"name": ..., "description": ..., '
+            '"parameters": ...}}'
+        )
     if not isinstance(tool, dict) or tool.get("type") != "function":
         return 'is not {"type": "function", "function": {...}}'
     function = tool.get("function")
@@ -30,29 +47,51 @@ def schema_mistake(tool: object) -> str | None:
     if not isinstance(properties, dict) or parameters.get("type") != "object":
         return 'needs "parameters": {"type": "object", "properties": {...}}'
     for name, prop in properties.items():
-        kinds = prop.get("type") if isinstance(prop, dict) else None
-        kinds = kinds if isinstance(kinds, list) else [kinds]
-        if not (isinstance(prop, dict) and ("enum" in prop or all(k in TYPES for k in kinds))):
+        if not known_type(prop):
             return (
                 f"gives the parameter {name!r} no type the agent knows: write "
                 f'"type": one of {", ".join(TYPES)} (or an "enum")'
             )
-    for name in parameters.get("required", []):
+    required = parameters.get("required", [])
+    if not (isinstance(required, list) and all(isinstance(name, str) for name in required)):
+        return f'has "required": {required!r}; it must be a list of parameter names'
+    for name in required:
         if name not in properties:
             return f"lists {name!r} as required, but it is not one of its properties"
     return None
 
 
+def known_type(prop: object) -> bool:
+    """Whether a property has a type the checks know: an enum, a JSON type (or a list of them),
+    or "anyOf" alternatives that each have one."""
+    if not isinstance(prop, dict):
+        return False
+    if "enum" in prop:
+        return True
+    if isinstance(prop.get("anyOf"), list) and "type" not in prop:
+        return bool(prop["anyOf"]) and all(known_type(choice) for choice in prop["anyOf"])
+    kinds = prop.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    return all(isinstance(kind, str) and kind in TYPES for kind in kinds)
+
+
 def signature_mistake(function, schema: dict) -> str | None:
-    """Whether the Python function can take a call made by the schema: the workspace first,
-    then every property by name (each required one at least)."""
+    """Whether the Python function can take every call the schema allows, in words that finish
+    "the function of the tool X ...": the workspace first, then the properties by name, each
+    one the schema does not require with a default (a call may leave it out)."""
     import inspect
 
+    if not callable(function):
+        return (
+            f"in TOOL_MAP is {function!r}, not a function: map the name to the function "
+            "itself, without quotes"
+        )
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):  # a builtin without a signature: trust it
         return None
     properties = schema.get("properties", {})
+    required = [name for name in schema.get("required", []) if name in properties]
     try:
         signature.bind(None, **{name: None for name in properties})
     except TypeError as error:
@@ -60,6 +99,13 @@ def signature_mistake(function, schema: dict) -> str | None:
             f"cannot take what its schema lists ({error}): it takes the workspace first, then "
             f"the parameters {', '.join(properties) or '(none)'} by name"
         )
+    for name in properties:
+        parameter = signature.parameters.get(name)  # None: it goes into **kwargs
+        if name not in required and parameter and parameter.default is parameter.empty:
+            return (
+                f"has no default for {name!r}, which its schema does not require, so a call "
+                f'may leave it out: give it one ({name}=None) or list it in "required"'
+            )
     return None
 
 
@@ -88,8 +134,12 @@ def arguments_problem(name: str, schema: dict, args: object) -> str | None:
 
 def value_mismatch(value: object, spec: dict) -> str | None:
     """How value fails its property's spec ("is a string, not an integer"), or None."""
-    if "enum" in spec and value not in spec["enum"]:
+    if "enum" in spec and not any(same(value, choice) for choice in spec["enum"]):
         return f"is {value!r}, not one of {spec['enum']}"
+    if isinstance(spec.get("anyOf"), list) and "type" not in spec:
+        if all(value_mismatch(value, choice) for choice in spec["anyOf"]):
+            return f"is {JSON_NAMES.get(type(value), type(value).__name__)}, not {describe(spec)}"
+        return None
     kinds = spec.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds] if kinds else []
     if kinds and not any(fits(value, kind) for kind in kinds):
@@ -101,6 +151,11 @@ def value_mismatch(value: object, spec: dict) -> str | None:
             if mismatch:
                 return f"item {index} {mismatch}"
     return None
+
+
+def same(value: object, choice: object) -> bool:
+    """Equal as JSON values: true is not 1, though Python's True == 1."""
+    return value == choice and isinstance(value, bool) == isinstance(choice, bool)
 
 
 def fits(value: object, kind: str) -> bool:
@@ -115,6 +170,8 @@ def describe(spec: dict) -> str:
     """A property's type in words: "a string", "an integer or null", "one of ['a', 'b']"."""
     if "enum" in spec:
         return f"one of {spec['enum']}"
+    if isinstance(spec.get("anyOf"), list) and "type" not in spec:
+        return " or ".join(describe(choice) for choice in spec["anyOf"])
     kinds = spec.get("type")
     kinds = kinds if isinstance(kinds, list) else [kinds] if kinds else []
     names = {k: JSON_NAMES[TYPES[k][-1]] for k in TYPES}

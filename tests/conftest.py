@@ -35,11 +35,17 @@ NEEDS = {
 
 
 def pytest_configure(config):
-    """Run as a background job of a script (`pytest &`), pytest starts with Ctrl-C ignored, and
-    so would every agent it starts: the Ctrl-C tests would then wait for commands to time out.
-    The agents get Ctrl-C as on a user's terminal; SIGHUP ignored by nohup is left alone."""
+    """Run as a background job of a script (`pytest &`), pytest starts with Ctrl-C ignored;
+    under nohup, with SIGHUP ignored. Every agent it starts would inherit that, and the tests
+    that send those signals would wait for commands to time out. An ignored signal is inherited
+    by a new program and a handled one is not (exec resets it to the default), so Ctrl-C gets
+    Python's usual handler, and SIGHUP one that does nothing: pytest goes on ignoring it, as
+    nohup asked, and the agents (and pytest-xdist's workers) get both as on a terminal."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    hangup = getattr(signal, "SIGHUP", None)  # none on Windows
+    if hangup and signal.getsignal(hangup) == signal.SIG_IGN:
+        signal.signal(hangup, lambda signum, frame: None)
 
 
 def pytest_collection_modifyitems(config, items):

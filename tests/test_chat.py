@@ -177,6 +177,39 @@ def test_ctrl_c_while_the_model_is_asked_cancels_the_turn_and_the_prompt_comes_b
 
 
 @on_a_terminal
+def test_a_at_the_approval_prompt_approves_every_later_command_of_the_session(workdir):
+    # "a" in the first turn of a terminal chat: the second turn's command runs unasked.
+    script = [
+        reply(None, call("run_shell", {"command": "echo one > one.txt"}, "c1"), reasoning=""),
+        answer("turn one done"),
+        reply(None, call("run_shell", {"command": "echo two > two.txt"}, "c2"), reasoning=""),
+        answer("turn two done"),
+    ]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--chat", "make one.txt")
+        child.expect_exact("$ echo one > one.txt")
+        child.expect_exact("Run it? [y/N/a] (a: this and every later one this session) ")
+        child.sendline("a")
+        child.expect_exact("every later command of this session runs without asking")
+        child.expect_exact("turn one done")
+        child.expect_exact("> ")
+        child.sendline("now make two.txt")
+        child.expect_exact("[1] run_shell(command='echo two > two.txt')")
+        child.expect_exact("turn two done")
+        second_turn = child.before
+        child.expect_exact("> ")
+        child.sendline("")  # an empty line ends the session
+        child.expect_exact("session: turns 2, ")
+        assert finish(child) == 0
+    assert "Run it?" not in second_turn and "$ echo two" not in second_turn
+    assert (workdir / "one.txt").read_text() == "one\n"
+    assert (workdir / "two.txt").read_text() == "two\n"
+    results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert results == ["exit code 0\n", "exit code 0\n"]
+    assert server.problems == []
+
+
+@on_a_terminal
 def test_ctrl_c_at_the_chat_prompt_ends_the_session_with_130(workdir):
     with StubServer([answer("first answer")]) as server:
         child = spawn(server, "--workdir", str(workdir), "--chat", "first question")

@@ -271,6 +271,60 @@ def test_the_task_can_be_piped_on_stdin(workdir):
     assert server.requests[0]["messages"][1]["content"] == "a task\nin lines"
 
 
+@pytest.mark.parametrize(
+    "args, stdin, said",
+    [
+        (["   "], "", "the task is only spaces: give it in words, or pipe it on stdin"),
+        (["\t", " \n "], "", "the task is only spaces: give it in words, or pipe it on stdin"),
+        ([""], "", "the task is only spaces: give it in words, or pipe it on stdin"),
+        ([], " \n\t\n", "no task: give it as words, or pipe it on stdin"),
+    ],
+    ids=["spaces", "tab-and-newline", "empty", "stdin"],
+)
+def test_a_task_of_only_whitespace_is_refused_as_bad_usage(workdir, args, stdin, said):
+    with StubServer([final("should not be asked")], api_key=KEY) as server:
+        proc = run_agent("--workdir", str(workdir), *args, env=stub_env(server), stdin=stdin)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.rstrip().endswith(f"agent.py: error: {said}")
+    assert "usage: agent.py" in proc.stderr and "Traceback" not in proc.stderr
+    assert server.requests == [] and server.headers == []
+
+
+def test_version_prints_the_version_that_pyproject_toml_gives():
+    import tomllib
+
+    with open(ROOT / "pyproject.toml", "rb") as file:
+        version = tomllib.load(file)["project"]["version"]
+    assert cli.VERSION == version  # one version, in both places
+    proc = run_agent("--version", env=clean_env())
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout == f"agent.py {version}\n"
+
+
+@pytest.mark.posix("the C locale, as a minimal Linux container or an old ssh session has it")
+def test_a_chinese_task_typed_in_a_c_locale_reaches_the_model_as_typed(workdir):
+    task = "创建 hello.py 并运行它"
+    # Neither UTF-8 mode nor locale coercion: Python decodes the arguments as ASCII.
+    env = {"LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0"}
+    probe = subprocess.run(
+        [sys.executable, "-c", "import sys; print(sys.getfilesystemencoding(), ascii(sys.argv[1]))",
+         task], capture_output=True, text=True, env=clean_env(**env), check=True,
+    )  # fmt: skip
+    assert probe.stdout.split()[0] == "ascii"  # what agent.py gets: surrogate escapes
+    assert "\\udce5" in probe.stdout
+    with StubServer([final("好的: hello.py 已创建")], api_key=KEY) as server:
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), task],
+            capture_output=True, env=stub_env(server, **env), timeout=60, cwd=workdir,
+        )  # fmt: skip
+    err = proc.stderr.decode("ascii", "replace")
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+    assert server.requests[0]["messages"][1]["content"] == task  # exactly as typed
+    assert server.problems == []
+    assert proc.stdout == b"??: hello.py ???\n"  # the console cannot show it: "?", no error
+
+
 def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdir):
     script = [
         {
@@ -361,15 +415,40 @@ def test_bad_usage_gives_exit_2(args):
     assert "usage:" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_help_lists_every_option_and_does_not_import_openai():
-    proc = run_agent("--help", env=clean_env(PYTHONPROFILEIMPORTTIME="1"))
+def test_help_lists_every_option_and_imports_nothing_it_does_not_need():
+    proc = run_agent("--help", env=clean_env(PYTHONPROFILEIMPORTTIME="1", COLUMNS="100"))
     assert proc.returncode == 0
     for option in ("--workdir", "--model", "--max-steps", "--yes", "--timeout", "--save",
                    "--replay", "--raw", "--show", "--chat", "--continue"):  # fmt: skip
         assert option in proc.stdout
+    assert proc.stdout.startswith("usage: agent.py [options] [TASK ...]\n")
+    assert max(len(line) for line in proc.stdout.splitlines()) <= 98  # COLUMNS, less 2
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "json" in imported  # the import log works
-    assert not {name for name in imported if name.split(".")[0] in ("openai", "dotenv")}
+    assert "json" in imported and "argparse" in imported  # the import log works
+    # The SDK and dotenv, the pricing, threads, subprocesses, signals, and what argparse's own
+    # formatter would import (shutil for the width, textwrap): none of it is needed for --help.
+    unneeded = {"openai", "dotenv", "harness.cost", "harness.context_window", "harness.sessions",
+                "threading", "subprocess", "signal", "shutil", "textwrap"}  # fmt: skip
+    assert not {name for name in imported if name in unneeded or name.split(".")[0] in unneeded}
+
+
+@pytest.mark.parametrize("columns", ["100", "60"])
+def test_help_is_laid_out_as_argparse_lays_it_out(columns, monkeypatch):
+    # The formatter that spares --help shutil and textwrap gives argparse's layout: the same
+    # text in the same order, within the terminal's width, a word cut at a hyphen kept whole.
+    import argparse
+
+    monkeypatch.setenv("COLUMNS", columns)
+    ours = cli.build_parser().format_help()
+    parser = cli.build_parser()
+    parser.formatter_class = argparse.HelpFormatter
+    theirs = parser.format_help()
+    assert "".join(ours.split()) == "".join(theirs.split())
+    assert [line[:24].strip() for line in ours.splitlines() if line.startswith("  -")] == [
+        line[:24].strip() for line in theirs.splitlines() if line.startswith("  -")
+    ]
+    for line in ours.splitlines():
+        assert len(line) <= int(columns) - 2 or " " not in line.strip(), line
 
 
 def test_show_prints_a_transcript_as_a_timeline(tmp_path):

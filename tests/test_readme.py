@@ -80,6 +80,9 @@ def test_the_tour_still_works_after_lines_are_added_above_run(app, workdir):
 
 @pytest.mark.posix("pdb reading its commands from a pipe")
 def test_pdb_with_its_commands_piped_in_does_not_crash(workdir):
+    # pdb reads its first commands from the pipe before main() runs, and the rest wait in
+    # stdin's buffer: stdin can no longer be reconfigured (io.UnsupportedOperation), and main()
+    # must leave it as it is (cli.never_fail_on_output) instead of crashing.
     args, _ = pdb_tour()
     proc = subprocess.run(
         [sys.executable, "-m", "pdb", *args, "--workdir", str(workdir)],

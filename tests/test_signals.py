@@ -5,6 +5,7 @@ with the command and everything it started killed. Real processes, real signals.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -112,3 +113,22 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     assert agent_process.returncode == 128 + signal.SIGTERM
     assert "Traceback" not in err
     assert not alive(int(pid_file.read_text()))
+
+
+@pytest.mark.linux("runs the worst-moment tests above, which need /proc")
+def test_the_signal_tests_pass_when_pytest_is_started_with_signals_ignored():
+    # `nohup pytest` starts pytest with SIGHUP ignored, and a script's background job
+    # (`pytest &`) with Ctrl-C ignored; the agents it starts must still get both as from a
+    # terminal (conftest.pytest_configure), from pytest-xdist's workers too. Here pytest is
+    # started both ways at once, for the plain SIGHUP and SIGINT cases above.
+    selected = "still_kills_it and plain and (SIGHUP or SIGINT)"
+    pytest_command = (
+        f"nohup {shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -n 2 "
+        f"-o timeout=30 {shlex.quote(__file__)} -k {shlex.quote(selected)} & wait $!"
+    )
+    proc = subprocess.run(
+        ["sh", "-c", pytest_command], cwd=ROOT, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=150,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout

@@ -5,6 +5,7 @@ a real pseudo-terminal while the reply arrives."""
 
 from __future__ import annotations
 
+import io
 import sys
 import threading
 import time
@@ -14,6 +15,8 @@ import pytest
 from conftest import ROOT, clean_env, finish, on_a_terminal, run_agent, saved_messages, stub_env
 from fake_model import reply, tool_call
 from stub_server import Streamed, StubServer, demo_script
+
+from harness import display
 
 
 def write_and_read(step: int, text: str | None = "I will write it, then read it back.") -> dict:
@@ -238,3 +241,54 @@ def test_the_waiting_line_counts_seconds_and_a_plain_answer_is_marked(workdir):
         child.expect_exact("answer:")
         child.expect_exact("Slow but sure.")
         assert finish(child) == 0
+
+
+class TerminalStream(io.StringIO):
+    """stderr as a terminal, keeping what is written to it."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def attach(debugger: str):
+    """Attach a stand-in debugger as pdb does (a trace function) or as debugpy does from
+    Python 3.12 (sys.monitoring's debugger slot); returns what detaches it."""
+    if debugger == "trace function":
+        sys.settrace(lambda frame, event, arg: None)
+        return lambda: sys.settrace(None)
+    if debugger == "sys.monitoring":
+        monitoring = sys.monitoring
+        monitoring.use_tool_id(monitoring.DEBUGGER_ID, "a debugger")
+        return lambda: monitoring.free_tool_id(monitoring.DEBUGGER_ID)
+    return lambda: None
+
+
+@pytest.mark.parametrize(
+    "debugger",
+    [
+        None,
+        "trace function",
+        pytest.param(
+            "sys.monitoring",
+            marks=pytest.mark.skipif(not hasattr(sys, "monitoring"), reason="Python 3.12+"),
+        ),
+    ],
+)
+def test_nothing_animates_on_the_terminal_while_a_debugger_is_attached(monkeypatch, debugger):
+    # The counting line would overwrite the debugger's prompt: a breakpoint inside the request
+    # (model_client.ask) stops the agent while the count goes on in its thread.
+    if sys.gettrace() is not None:
+        pytest.skip("the tests run under a trace function already (coverage or a debugger)")
+    stderr = TerminalStream()
+    monkeypatch.setattr(sys, "stderr", stderr)
+    detach = attach(debugger)
+    try:
+        with display.waiting(1):
+            time.sleep(1.3)  # the count ticks after a second
+    finally:
+        detach()
+    if debugger is None:  # the control: on a terminal, it counts
+        assert stderr.getvalue().startswith("[1] waiting for the model...\r[1] waiting")
+        assert "waiting for the model... 1 s" in stderr.getvalue()
+    else:
+        assert stderr.getvalue() == ""

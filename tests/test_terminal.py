@@ -4,10 +4,13 @@ the demo task when no task is given, and Ctrl-C during a long command."""
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 
+import pexpect
 import pytest
-from conftest import alive, finish, spawn, wait_for
+from conftest import ROOT, alive, finish, spawn, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
@@ -113,3 +116,38 @@ def test_ctrl_c_while_waiting_for_the_model_exits_130(workdir, tmp_path):
         child.expect_exact("interrupted")
         assert finish(child) == 130
         released.set()
+
+
+def test_pdb_stopped_while_the_model_is_asked_keeps_its_prompt(workdir):
+    # A breakpoint inside the request (model_client.ask runs in the waiting line's block): the
+    # counting line would write over pdb's prompt every second, and over what the user types.
+    def held(request):
+        time.sleep(2.5)  # the model takes its time; a count would show 1 s, 2 s
+        return reply("Held, then answered.")
+
+    with StubServer([held]) as server:
+        child = pexpect.spawn(
+            sys.executable, ["-m", "pdb", str(ROOT / "agent.py"), "--workdir", str(workdir), "hi"],
+            env=stub_env(server), cwd=str(workdir), encoding="utf-8", timeout=60,
+            dimensions=(40, 200),
+        )  # fmt: skip
+        try:
+            child.expect_exact("(Pdb) ")
+            child.sendline("b model_client.ask")
+            child.expect_exact("(Pdb) ")
+            child.sendline("c")
+            child.expect_exact("(Pdb) ")
+            stopped = child.before
+            assert "model_client.py(" in stopped and ")ask()" in stopped  # in the request
+            with pytest.raises(pexpect.TIMEOUT):  # at the prompt, nothing more is written
+                child.expect(r"\S", timeout=1.5)
+            child.sendline("c")
+            child.expect_exact("Held, then answered.")
+            answering = child.before
+            child.expect_exact("(Pdb) ")  # the agent has ended; pdb would start it again
+            child.sendline("q")
+            child.expect(pexpect.EOF)
+        finally:
+            child.close(force=True)
+    assert "waiting for the model" not in stopped + answering
+    assert len(server.requests) == 1 and server.problems == []

@@ -1,0 +1,321 @@
+"""Adding a tool is safe (issue 17): a learner edits a copy of agent.py as the README's "Add a
+tool" says, or gets it wrong, and runs it against the stub server. A schema without a function,
+a function without a schema, or either one unusable stops the agent before the first request
+with one line naming the tool; a schema written as the OpenAI docs write one works end to end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import run_agent, stub_env
+from fake_model import reply, tool_call
+from stub_server import StubServer
+from test_readme import add_a_tool_pieces
+
+from harness import tool_schema
+
+TOOLS_END = "\n]\nTOOL_MAP = {"  # where TOOLS closes and TOOL_MAP begins in agent.py
+MAP_END = '"run_shell": run_shell}'  # the last entry of TOOL_MAP
+FUNCTIONS_END = "\n# --- TOOLS (the schemas the model sees)"  # the tools end above this
+
+
+def edit(app: Path, function: str = "", schema: str = "", entry: str = "") -> None:
+    """Add a function beside the tools, a schema at the end of TOOLS and an entry at the end
+    of TOOL_MAP to the copy of agent.py, each only if given, as a learner types them."""
+    path = app / "agent.py"
+    source = path.read_text(encoding="utf-8")
+    for marker in (FUNCTIONS_END, TOOLS_END, MAP_END):
+        assert source.count(marker) == 1, marker  # agent.py still has the lesson's layout
+    if function:
+        source = source.replace(FUNCTIONS_END, f"\n\n{function.strip()}\n\n{FUNCTIONS_END}")
+    if schema:
+        source = source.replace(TOOLS_END, f"\n{schema.rstrip()}{TOOLS_END}")
+    if entry:
+        source = source.replace(MAP_END, MAP_END[:-1] + f", {entry}}}")
+    path.write_text(source, encoding="utf-8")
+
+
+def readme_pieces() -> tuple[str, str, str]:
+    """The README's list_dir: its function, its schema (as the README indents it), its entry."""
+    function, schema, (name, function_name) = add_a_tool_pieces()
+    schema_text = "\n".join("    " + line for line in json.dumps(schema, indent=4).splitlines())
+    return function, schema_text + ",", f'"{name}": {function_name}'
+
+
+def stopped_before_any_request(app: Path, workdir: Path) -> str:
+    """Run the copy against a stub that would answer: it must end with one line and exit 1,
+    the stub having seen nothing at all; returns the line."""
+    with StubServer([reply("should not be asked")]) as server:
+        proc = run_agent("--workdir", str(workdir), "list the files", env=stub_env(server),
+                         script=app / "agent.py")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert (server.requests, server.headers, server.probes) == ([], [], [])
+    assert proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("error: the ") and "Traceback" not in line, line
+    return line
+
+
+def test_a_function_without_a_schema_stops_the_agent_in_one_line(app, workdir):
+    function, _, entry = readme_pieces()
+    edit(app, function=function, entry=entry)  # the schema forgotten
+    line = stopped_before_any_request(app, workdir)
+    assert line == (
+        "error: the tool 'list_dir' is in TOOL_MAP but has no schema in TOOLS, so the model "
+        "cannot call it: add its schema to TOOLS (see the README's 'Add a tool')"
+    )
+
+
+def test_a_schema_without_a_function_stops_the_agent_in_one_line(app, workdir):
+    _, schema, _ = readme_pieces()
+    edit(app, schema=schema)  # neither the function nor the TOOL_MAP entry yet
+    line = stopped_before_any_request(app, workdir)
+    assert line == (
+        "error: the tool 'list_dir' has a schema in TOOLS but no function in TOOL_MAP: add "
+        '"list_dir": list_dir to TOOL_MAP (or remove its schema)'
+    )
+
+
+RESPONSES_API_SCHEMA = """
+    {
+        "type": "function",
+        "name": "list_dir",
+        "description": "List a folder of the workdir.",
+        "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
+    },
+"""
+
+
+@pytest.mark.parametrize(
+    "function, schema, said",
+    [
+        (  # the optional path without a default: a call leaving it out would fail
+            "def list_dir(ws, path):\n    return path",
+            None,
+            "error: the function of the tool 'list_dir' has no default for 'path', which its "
+            "schema does not require, so a call may leave it out: give it one (path=None) or "
+            'list it in "required"',
+        ),
+        (  # a parameter the schema does not have
+            'def list_dir(ws, hidden, path="."):\n    return path',
+            None,
+            "error: the function of the tool 'list_dir' cannot take what its schema lists",
+        ),
+        (  # the workspace forgotten
+            'def list_dir(path="."):\n    return path',
+            None,
+            "error: the function of the tool 'list_dir' cannot take what its schema lists",
+        ),
+        (  # the schema copied from the Responses API's docs
+            None,
+            RESPONSES_API_SCHEMA,
+            "error: the schema of the tool 'list_dir' in TOOLS is in the Responses API's flat "
+            'form ("name" beside "type"): the Chat Completions API wants {"type": "function", '
+            '"function": {"name": ..., "description": ..., "parameters": ...}}',
+        ),
+        (  # a type the checks do not know
+            None,
+            readme_pieces()[1].replace('"string"', '"str"'),
+            "error: the schema of the tool 'list_dir' in TOOLS gives the parameter 'path' no type "
+            "the agent knows",
+        ),
+    ],
+    ids=["optional-without-default", "extra-parameter", "no-workspace", "flat-form", "bad-type"],
+)
+def test_a_tool_that_cannot_work_stops_the_agent_in_one_line(app, workdir, function, schema, said):
+    readme_function, readme_schema, entry = readme_pieces()
+    edit(app, function=function or readme_function, schema=schema or readme_schema, entry=entry)
+    assert stopped_before_any_request(app, workdir).startswith(said)
+
+
+def test_the_readmes_tool_runs_end_to_end(app, workdir):
+    function, schema, entry = readme_pieces()
+    edit(app, function=function, schema=schema, entry=entry)
+    (workdir / "notes.txt").write_text("hi")
+    (workdir / "src").mkdir()
+    script = [
+        reply(None, tool_call("list_dir", {}, "c1"), tool_call("list_dir", {"path": "src"}, "c2")),
+        reply("notes.txt and src/"),
+    ]
+    with StubServer(script) as server:
+        proc = run_agent("--workdir", str(workdir), "list the files", env=stub_env(server),
+                         script=app / "agent.py")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert server.problems == []
+    results = [m["content"] for m in server.requests[1]["messages"] if m["role"] == "tool"]
+    assert results == ["notes.txt\nsrc/", ""]  # path left out: the default "." applied
+
+
+# A tool as the OpenAI docs write one: no "required" (every parameter optional), an integer, an
+# enum, a boolean and an array. Its function says what it was given, so the test can see it.
+OPENAI_STYLE_FUNCTION = '''
+def find_notes(ws, query="", limit=10, order="name", case_sensitive=False, extensions=None):
+    """Find notes in the workdir (here: report the arguments as given)."""
+    given = {"query": query, "limit": limit, "order": order, "case_sensitive": case_sensitive}
+    return json.dumps({**given, "extensions": extensions}, sort_keys=True)
+'''
+OPENAI_STYLE_SCHEMA = {
+    "type": "function",
+    "function": {
+        "name": "find_notes",
+        "description": "Find notes in the workdir that mention a word.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "The word to look for."},
+                "limit": {"type": "integer", "description": "At most this many notes."},
+                "order": {"type": "string", "enum": ["name", "size", "modified"]},
+                "case_sensitive": {"type": "boolean"},
+                "extensions": {"type": "array", "items": {"type": "string"}},
+            },
+        },
+    },
+}
+FIELDS = (
+    "find_notes takes a JSON object with the fields query (a string), limit (an integer), "
+    "order (one of ['name', 'size', 'modified']), case_sensitive (a boolean), extensions "
+    "(an array)"
+)
+
+
+def test_a_schema_as_the_openai_docs_write_one_works_end_to_end(app, workdir):
+    schema = "\n".join(
+        "    " + line for line in json.dumps(OPENAI_STYLE_SCHEMA, indent=4).splitlines()
+    )
+    edit(app, function=OPENAI_STYLE_FUNCTION, schema=schema + ",",
+         entry='"find_notes": find_notes')  # fmt: skip
+    every = {"query": "todo", "limit": 3, "order": "modified", "case_sensitive": True,
+             "extensions": [".md", ".txt"]}  # fmt: skip
+    calls = [
+        tool_call("find_notes", every, "c1"),
+        tool_call("find_notes", {"query": "todo"}, "c2"),  # the optional ones left out
+        tool_call("find_notes", {}, "c3"),  # none at all: no "required", so that is fine
+        tool_call(
+            "find_notes",
+            {"limit": "3", "order": "newest", "case_sensitive": "yes", "extensions": ".md"},
+            "c4",
+        ),  # fmt: skip
+        tool_call("find_notes", {"limit": True, "extensions": [".md", 7], "colour": "red"}, "c5"),
+    ]
+    script = [reply(None, *calls, reasoning=""), reply("Found them.", reasoning="")]
+    with StubServer(script) as server:
+        proc = run_agent("--workdir", str(workdir), "find my notes", env=stub_env(server),
+                         script=app / "agent.py")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Found them.\n"
+    assert server.problems == []
+    assert server.requests[0]["tools"][-1] == OPENAI_STYLE_SCHEMA  # sent as written
+    results = {m["tool_call_id"]: m["content"] for m in server.requests[1]["messages"]
+               if m["role"] == "tool"}  # fmt: skip
+    defaults = {"query": "", "limit": 10, "order": "name", "case_sensitive": False,
+                "extensions": None}  # fmt: skip
+    assert json.loads(results["c1"]) == every  # each argument received as sent, typed
+    assert json.loads(results["c2"]) == {**defaults, "query": "todo"}  # the defaults applied
+    assert json.loads(results["c3"]) == defaults
+    assert results["c4"] == (
+        f"Error: {FIELDS}: 'limit' is a string, not an integer; 'order' is 'newest', not one of "
+        "['name', 'size', 'modified']; 'case_sensitive' is a string, not a boolean; "
+        "'extensions' is a string, not an array"
+    )
+    assert results["c5"] == (
+        f"Error: {FIELDS}: unexpected 'colour'; 'limit' is a boolean, not an integer; "
+        "'extensions' item 1 is an integer, not a string"
+    )
+
+
+# --- tool_schema on its own: what the start-up check and the argument check say ----------
+
+
+def schema_of(**properties) -> dict:
+    return {"type": "object", "properties": properties}
+
+
+def test_an_optional_parameter_needs_a_default_and_a_required_one_does_not():
+    def tool(ws, path, depth):
+        return path
+
+    mistake = tool_schema.signature_mistake(tool, schema_of(path={"type": "string"},
+                                                            depth={"type": "integer"}))  # fmt: skip
+    assert mistake and "no default for 'path'" in mistake
+    required = {**schema_of(path={"type": "string"}, depth={"type": "integer"}),
+                "required": ["path", "depth"]}  # fmt: skip
+    assert tool_schema.signature_mistake(tool, required) is None
+
+
+def test_a_function_taking_keyword_arguments_takes_any_parameter():
+    def tool(ws, **given):
+        return given
+
+    assert tool_schema.signature_mistake(tool, schema_of(anything={"type": "string"})) is None
+
+
+def test_a_tool_map_entry_that_is_no_function_is_named():
+    mistake = tool_schema.signature_mistake("list_dir", schema_of())
+    assert mistake == (
+        "in TOOL_MAP is 'list_dir', not a function: map the name to the function itself, "
+        "without quotes"
+    )
+
+
+@pytest.mark.parametrize(
+    "tool, said",
+    [
+        (
+            {
+                "type": "function",
+                "function": {
+                    "name": "t",
+                    "parameters": {"type": "object", "properties": {}, "required": "path"},
+                },
+            },  # fmt: skip
+            """has "required": 'path'; it must be a list of parameter names""",
+        ),
+        (
+            {
+                "type": "function",
+                "function": {
+                    "name": "t",
+                    "parameters": {"type": "object", "properties": {}, "required": ["path"]},
+                },
+            },  # fmt: skip
+            "lists 'path' as required, but it is not one of its properties",
+        ),
+        ({"function": {"name": "t"}}, 'is not {"type": "function", "function": {...}}'),
+    ],
+)
+def test_schema_mistakes_are_named(tool, said):
+    assert tool_schema.schema_mistake(tool) == said
+
+
+def test_a_nullable_type_any_of_and_an_enum_of_booleans_are_checked_as_json_sees_them():
+    schema = schema_of(
+        note={"type": ["string", "null"]},
+        size={"anyOf": [{"type": "integer"}, {"type": "string", "enum": ["small", "large"]}]},
+        flag={"enum": [True, False]},
+    )
+    assert (
+        tool_schema.schema_mistake(
+            {"type": "function", "function": {"name": "t", "parameters": schema}}
+        )
+        is None
+    )
+    assert (
+        tool_schema.arguments_problem("t", schema, {"note": None, "size": 3, "flag": True}) is None
+    )
+    assert tool_schema.arguments_problem("t", schema, {"size": "large"}) is None
+    problem = tool_schema.arguments_problem("t", schema, {"size": "huge", "flag": 1})
+    assert problem.endswith(
+        "'size' is a string, not an integer or one of ['small', 'large']; 'flag' is 1, not one "
+        "of [True, False]"
+    )
+
+
+def test_two_schemas_of_one_tool_are_refused(monkeypatch):
+    import agent
+    from model_client import AgentError
+
+    monkeypatch.setattr(agent, "TOOLS", [*agent.TOOLS, agent.TOOLS[0]])
+    with pytest.raises(AgentError, match="the tool 'read_file' has two schemas in TOOLS"):
+        agent.check_tools()
