@@ -48,6 +48,19 @@ def pytest_configure(config):
         signal.signal(hangup, lambda signum, frame: None)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """How many workers `-n auto` (pyproject.toml's addopts) starts: two a core, at most 8, as
+    a test mostly waits for the agent it started (on two cores the suite took 110 s with 2
+    workers, 83 s with 4); none (one process) for the real-server tests, whose servers every
+    worker would start again. PYTEST_XDIST_AUTO_NUM_WORKERS, if set, decides."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # pytest-xdist reads it
+    selected = config.option.markexpr or ""
+    if "real_server" in selected and "not real_server" not in selected:
+        return 0
+    return min(2 * (os.cpu_count() or 1), 8)
+
+
 def pytest_collection_modifyitems(config, items):
     """Skip the tests marked posix on Windows and those marked linux elsewhere than Linux,
     saying what is missing."""

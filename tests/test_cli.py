@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, clean_env, run_agent, saved_messages, stub_env
+from conftest import ROOT, clean_env, run_agent, saved_messages, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, demo_script
 
@@ -552,6 +552,9 @@ def test_a_server_that_holds_its_answer_is_reported_as_timed_out(workdir, stream
             )  # fmt: skip
         finally:
             released.set()
+        # The stub takes one request at a time: the later attempts are counted only once the
+        # first is released, which a loaded machine may take a moment to get to.
+        wait_for(lambda: len(server.requests) == 3, "the stub never counted three attempts")
     assert_one_line_error(proc, "timed out", "sent nothing for 0.5 s", "--request-timeout")
     assert "could not connect" not in proc.stderr
     streamed = [request.get("stream", False) for request in server.requests]
