@@ -240,7 +240,7 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("a resumed conversation is saved where it was: drop --save")
     if args.no_save and (args.save or resuming):
         parser.error("--no-save keeps no transcript, so it goes with neither --save nor -c/-r")
-    if args.continue_last and args.task and os.path.isfile(args.task[0]):
+    if args.continue_last and args.task and looks_like_a_file(args.task[0]):
         parser.error(
             f"-c/--continue takes no file: to go on with the conversation in {args.task[0]}, use "
             f"--resume {args.task[0]}"
@@ -274,6 +274,12 @@ def no_price(model: str, budget: str) -> str:
         f"{budget} needs the model's price, and {model} has none known: set LLM_PRICE_INPUT and "
         "LLM_PRICE_OUTPUT (per million tokens) for it"
     )
+
+
+def looks_like_a_file(word: str) -> bool:
+    """Whether the first word after -c names a transcript (the old `--continue FILE` syntax): a
+    file that exists, or one word ending in .jsonl (a typo of one would else become the task)."""
+    return os.path.isfile(word) or (word.endswith(".jsonl") and len(word.split()) == 1)
 
 
 def check_paths(args: argparse.Namespace) -> None:
