@@ -15,6 +15,11 @@
     under 1.05x).
 (f) a 10-turn --chat session driven on stdin, each turn a tool call and an answer: every request
     after the first begins with the whole previous request, byte for byte (target: 100%).
+(g) the 40-step session of (b) with the cost bookkeeping on (deepseek-flash: each reply priced
+    at its hour from DeepSeek-shaped usage) against off (a model with no price: tokens only),
+    the context window set on both sides so that pricing is the only difference: wall and CPU
+    time, twice the rounds (target: CPU under 1.03x, that is within the noise); and what pricing
+    one reply takes in-process, as a share of the session.
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -42,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdef"
+FIGURES = "abcdefg"
 
 BARE_LOOP = """
 import json, sys
@@ -194,6 +199,52 @@ def chat_prefixes(turns: int = 10) -> tuple[int, int, float]:
     return len(server.sent), len(shared), sum(shared) / sum(len(later) for _, later in pairs)
 
 
+def cpu_timed(command: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the child: user + system) of one run."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(command, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cost_bookkeeping(rounds: int, steps: int = 40) -> tuple[tuple, tuple, float]:
+    """(wall, CPU) medians of (b)'s session with a priced model and with an unpriced one, runs
+    alternating (each with its own stub, which checks every request), and the median seconds
+    that pricing one reply takes in-process: Prices.cost on the SDK's usage object, as
+    Session.add_up calls it, the only work the priced side does per reply that the other does
+    not. The CPU time is the agent's own, less shaken by other load on the machine."""
+    import timeit
+
+    sys.path.insert(0, str(ROOT))
+    from fake_model import completion
+
+    from harness import cost
+
+    sides = {"deepseek-flash": [], "unpriced-model": []}
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "notes.txt").write_text("a short note\n")
+        for number in range(rounds):
+            order = list(sides.items())
+            for model, times in order[::-1] if number % 2 else order:  # who goes first, too
+                with StubServer(session_script(steps), api_key=KEY) as server:
+                    env = env_for(server) | {"LLM_MODEL": model, "LLM_CONTEXT_TOKENS": "1000000"}
+                    times.append(cpu_timed([*command_for(steps, work), "--no-stream"], env))
+                assert len(server.requests) == steps and not server.problems, server.problems
+                assert all(r["model"] == model for r in server.requests)
+    usage = {"prompt_tokens": 9000, "completion_tokens": 60, "total_tokens": 9060,
+             "prompt_cache_hit_tokens": 8900, "prompt_cache_miss_tokens": 100}  # fmt: skip
+    answer = completion(tool_step(1, "read_file", {"path": "notes.txt"}), usage=usage)
+    prices = cost.prices_for("deepseek-flash", {})
+    assert prices.cost(answer.usage, answer.created) > 0
+    assert cost.prices_for("unpriced-model", {}) is None
+    timer = timeit.Timer(lambda: prices.cost(answer.usage, answer.created))
+    per_reply = statistics.median(t / 10_000 for t in timer.repeat(7, 10_000))
+    priced, unpriced = (tuple(map(statistics.median, zip(*t, strict=True))) for t in sides.values())
+    return priced, unpriced, per_reply
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
@@ -251,6 +302,15 @@ def main() -> int:
               f"({shared / (requests - 1):.0%}, target 100%); {share:.0%} of the bytes sent "
               "were that prefix")  # fmt: skip
 
+    if "g" in figures:
+        (wall, cpu), (unpriced_wall, unpriced_cpu), per_reply = cost_bookkeeping(rounds * 2)
+        ratio = cpu / unpriced_cpu
+        ok &= ratio < 1.03
+        print(f"(g) 40-step session priced vs unpriced: wall {wall * 1000:.0f} vs "
+              f"{unpriced_wall * 1000:.0f} ms ({wall / unpriced_wall:.3f}x), CPU "
+              f"{cpu * 1000:.0f} vs {unpriced_cpu * 1000:.0f} ms ({ratio:.3f}x, target < 1.03x);"
+              f" pricing a reply takes {per_reply * 1e6:.1f} us, 40 of them "
+              f"{per_reply * 40 / cpu:.3%} of the session's CPU")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
