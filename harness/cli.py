@@ -41,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         agent.check_tools()
         check_options(parser, args)
         check_paths(args)
+        model = args.model or config["model"]
+        check_budget(parser, args, config, model)
         if args.replay:
             client = model_client.ReplayClient(args.replay, notify=display.say)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
-            source = f"model {args.model or config['model']} at {config['base_url']}"
-        model = args.model or config["model"]
+            source = f"model {model} at {config['base_url']}"
         if args.sandbox:
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
@@ -279,7 +280,7 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("a resumed conversation is saved where it was: drop --save")
     if args.no_save and (args.save or resuming):
         parser.error("--no-save keeps no transcript, so it goes with neither --save nor -c/-r")
-    if args.continue_last and args.task and os.path.isfile(args.task[0]):
+    if args.continue_last and args.task and looks_like_a_file(args.task[0]):
         parser.error(
             f"-c/--continue takes no file: to go on with the conversation in {args.task[0]}, use "
             f"--resume {args.task[0]}"
@@ -288,6 +289,37 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> 
         parser.error("--replay starts its own conversation: drop -c/-r")
     if args.task and not " ".join(args.task).strip():
         parser.error("the task is only spaces: give it in words, or pipe it on stdin")
+
+
+def check_budget(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, config: dict, model: str
+) -> None:
+    """--max-cost for a model without a known price: a usage error (exit 2), before anything
+    starts. (LLM_MAX_COST is a setting: open_session refuses it as one, exit 1.)"""
+    from harness import cost
+    from model_client import AgentError
+
+    if not args.max_cost:
+        return
+    try:
+        prices = cost.prices_for(model, config)
+    except cost.PriceError as error:
+        raise AgentError(str(error)) from None
+    if not prices:
+        parser.error(no_price(model, "--max-cost"))
+
+
+def no_price(model: str, budget: str) -> str:
+    return (
+        f"{budget} needs the model's price, and {model} has none known: set LLM_PRICE_INPUT and "
+        "LLM_PRICE_OUTPUT (per million tokens) for it"
+    )
+
+
+def looks_like_a_file(word: str) -> bool:
+    """Whether the first word after -c names a transcript (the old `--continue FILE` syntax): a
+    file that exists, or one word ending in .jsonl (a typo of one would else become the task)."""
+    return os.path.isfile(word) or (word.endswith(".jsonl") and len(word.split()) == 1)
 
 
 def check_paths(args: argparse.Namespace) -> None:
@@ -336,10 +368,7 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
         raise AgentError(str(error)) from None
     max_cost = args.max_cost or money_setting(config, "LLM_MAX_COST")
     if max_cost and not prices:
-        raise AgentError(
-            f"--max-cost needs the model's price, and {model} has none known: set "
-            "LLM_PRICE_INPUT and LLM_PRICE_OUTPUT (per million tokens) for it"
-        )
+        raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
     workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:

@@ -52,6 +52,9 @@ class Session:
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
         self.messages = Conversation(history or [], self.transcript)
+        # A new conversation's system message, AGENTS.md read now: the line saying so comes
+        # with the others at the start, before a --chat prompt asks for the first message.
+        self.system_message = None if history else self.with_agents_file()
         self.stream, self.raw = stream, raw
         self.limits = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own
         self.quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
@@ -69,7 +72,7 @@ class Session:
             from harness import sessions
 
             messages.save(sessions.session_event(self.workspace.folder, self.model))
-            messages.append({"role": "system", "content": self.with_agents_file()})
+            messages.append({"role": "system", "content": self.system_message})
         why = "interrupted: the agent stopped before this call had a result"
         for answer in answers_to_open_calls(messages, why):
             messages.append(answer)

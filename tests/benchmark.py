@@ -1,6 +1,6 @@
 """Measure the agent against its floors, side by side in one run (not collected by pytest).
 
-    python tests/benchmark.py [--rounds N]
+    python tests/benchmark.py [--rounds N] [--figures LETTERS]
 
 (a) start-up: `agent.py --help` against `python -c "import argparse"`, the floor for any
     argparse CLI (target: under 1.3x);
@@ -15,8 +15,14 @@
     under 1.05x).
 (f) a 10-turn --chat session driven on stdin, each turn a tool call and an answer: every request
     after the first begins with the whole previous request, byte for byte (target: 100%).
+(g) the 40-step session of (b) with the cost bookkeeping on (deepseek-flash: each reply priced
+    at its hour from DeepSeek-shaped usage) against off (a model with no price: tokens only),
+    the context window set on both sides so that pricing is the only difference: wall and CPU
+    time, twice the rounds (target: CPU under 1.03x, that is within the noise); and what pricing
+    one reply takes in-process, as a share of the session.
 Runs alternate between the two sides, and the figures are medians, so load on a shared
-machine hits both alike. Everything talks to a stub server on 127.0.0.1.
+machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
+saved in a temporary folder, not the user's sessions folder.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ from stub_server import Streamed, StubServer, extends
 ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
+SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
+FIGURES = "abcdefg"
 
 BARE_LOOP = """
 import json, sys
@@ -69,6 +77,7 @@ BASE_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE
 def env_for(server: StubServer) -> dict[str, str]:
     env = {k: v for k, v in BASE_ENV.items() if not k.startswith(("LLM_", "OPENAI_"))}
     env.update(LLM_API_KEY=KEY, LLM_BASE_URL=server.url, LLM_MODEL="deepseek-flash")
+    env.update(LLM_SESSIONS_DIR=SESSIONS.name)
     return env
 
 
@@ -190,52 +199,118 @@ def chat_prefixes(turns: int = 10) -> tuple[int, int, float]:
     return len(server.sent), len(shared), sum(shared) / sum(len(later) for _, later in pairs)
 
 
+def cpu_timed(command: list[str], env: dict) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of the child: user + system) of one run."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    wall = timed(command, env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def cost_bookkeeping(rounds: int, steps: int = 40) -> tuple[tuple, tuple, float]:
+    """(wall, CPU) medians of (b)'s session with a priced model and with an unpriced one, runs
+    alternating (each with its own stub, which checks every request), and the median seconds
+    that pricing one reply takes in-process: Prices.cost on the SDK's usage object, as
+    Session.add_up calls it, the only work the priced side does per reply that the other does
+    not. The CPU time is the agent's own, less shaken by other load on the machine."""
+    import timeit
+
+    sys.path.insert(0, str(ROOT))
+    from fake_model import completion
+
+    from harness import cost
+
+    sides = {"deepseek-flash": [], "unpriced-model": []}
+    with tempfile.TemporaryDirectory() as work:
+        Path(work, "notes.txt").write_text("a short note\n")
+        for number in range(rounds):
+            order = list(sides.items())
+            for model, times in order[::-1] if number % 2 else order:  # who goes first, too
+                with StubServer(session_script(steps), api_key=KEY) as server:
+                    env = env_for(server) | {"LLM_MODEL": model, "LLM_CONTEXT_TOKENS": "1000000"}
+                    times.append(cpu_timed([*command_for(steps, work), "--no-stream"], env))
+                assert len(server.requests) == steps and not server.problems, server.problems
+                assert all(r["model"] == model for r in server.requests)
+    usage = {"prompt_tokens": 9000, "completion_tokens": 60, "total_tokens": 9060,
+             "prompt_cache_hit_tokens": 8900, "prompt_cache_miss_tokens": 100}  # fmt: skip
+    answer = completion(tool_step(1, "read_file", {"path": "notes.txt"}), usage=usage)
+    prices = cost.prices_for("deepseek-flash", {})
+    assert prices.cost(answer.usage, answer.created) > 0
+    assert cost.prices_for("unpriced-model", {}) is None
+    timer = timeit.Timer(lambda: prices.cost(answer.usage, answer.created))
+    per_reply = statistics.median(t / 10_000 for t in timer.repeat(7, 10_000))
+    priced, unpriced = (tuple(map(statistics.median, zip(*t, strict=True))) for t in sides.values())
+    return priced, unpriced, per_reply
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
-    rounds = parser.parse_args().rounds
+    parser.add_argument(
+        "--figures", default=FIGURES, help=f"the figures to measure (default {FIGURES})"
+    )
+    options = parser.parse_args()
+    rounds, figures = options.rounds, options.figures
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
     )
     ok = True
 
-    agent, floor = startup(rounds * 3)
-    ratio = agent / floor
-    ok &= ratio < 1.3
-    print(f"(a) --help {agent * 1000:.1f} ms vs import argparse {floor * 1000:.1f} ms: "
-          f"{ratio:.2f}x (target < 1.3x)")  # fmt: skip
+    if "a" in figures:
+        agent, floor = startup(rounds * 3)
+        ratio = agent / floor
+        ok &= ratio < 1.3
+        print(f"(a) --help {agent * 1000:.1f} ms vs import argparse {floor * 1000:.1f} ms: "
+              f"{ratio:.2f}x (target < 1.3x)")  # fmt: skip
 
-    agent, bare = session(rounds)
-    ratio = agent / bare
-    ok &= ratio < 1.05
-    print(f"(b) 40-step session {agent * 1000:.0f} ms vs bare SDK loop {bare * 1000:.0f} ms: "
-          f"{ratio:.3f}x (target < 1.05x)")  # fmt: skip
+    if "b" in figures:
+        agent, bare = session(rounds)
+        ratio = agent / bare
+        ok &= ratio < 1.05
+        print(f"(b) 40-step session {agent * 1000:.0f} ms vs bare SDK loop {bare * 1000:.0f} "
+              f"ms: {ratio:.3f}x (target < 1.05x)")  # fmt: skip
 
-    for save in (False, True):
+    for save in (False, True) if "c" in figures else ():
         sizes, seconds = request_sizes(save)
         worst = max(size / (step * 21_000) for step, size in enumerate(sizes, 1))
         ok &= worst < 1
         label = "with --save   " if save else "without --save"
         print(f"(c) {label}: {len(sizes)} requests, largest {max(sizes) / 1000:.0f} KB, worst "
               f"size / (step x 21 KB) {worst:.2f} (target < 1), run {seconds:.2f} s")  # fmt: skip
-    latencies = first_thinking_latency()
-    median = statistics.median(latencies)
-    ok &= median < 0.050
-    print(f"(d) first thinking on the terminal {median * 1000:.1f} ms median, "
-          f"{max(latencies) * 1000:.1f} ms at most, over {len(latencies)} steps "
-          "(target < 50 ms)")  # fmt: skip
+    if "d" in figures:
+        latencies = first_thinking_latency()
+        median = statistics.median(latencies)
+        ok &= median < 0.050
+        print(f"(d) first thinking on the terminal {median * 1000:.1f} ms median, "
+              f"{max(latencies) * 1000:.1f} ms at most, over {len(latencies)} steps "
+              "(target < 50 ms)")  # fmt: skip
 
-    agent, bare = session(rounds, stream=True)
-    ratio = agent / bare
-    ok &= ratio < 1.05
-    print(f"(e) 40-step streamed session {agent * 1000:.0f} ms vs bare SDK streaming loop "
-          f"{bare * 1000:.0f} ms: {ratio:.3f}x (target < 1.05x)")  # fmt: skip
+    if "e" in figures:
+        agent, bare = session(rounds, stream=True)
+        ratio = agent / bare
+        ok &= ratio < 1.05
+        print(f"(e) 40-step streamed session {agent * 1000:.0f} ms vs bare SDK streaming loop "
+              f"{bare * 1000:.0f} ms: {ratio:.3f}x (target < 1.05x)")  # fmt: skip
 
-    requests, shared, share = chat_prefixes()
-    ok &= shared == requests - 1
-    print(f"(f) 10-turn --chat session: {requests} requests, {shared} of {requests - 1} after the "
-          f"first begin with the whole previous one ({shared / (requests - 1):.0%}, target "
-          f"100%); {share:.0%} of the bytes sent were that prefix")  # fmt: skip
+    if "f" in figures:
+        requests, shared, share = chat_prefixes()
+        ok &= shared == requests - 1
+        print(f"(f) 10-turn --chat session: {requests} requests, {shared} of {requests - 1} "
+              f"after the first begin with the whole previous one "
+              f"({shared / (requests - 1):.0%}, target 100%); {share:.0%} of the bytes sent "
+              "were that prefix")  # fmt: skip
+
+    if "g" in figures:
+        (wall, cpu), (unpriced_wall, unpriced_cpu), per_reply = cost_bookkeeping(rounds * 2)
+        ratio = cpu / unpriced_cpu
+        ok &= ratio < 1.03
+        print(f"(g) 40-step session priced vs unpriced: wall {wall * 1000:.0f} vs "
+              f"{unpriced_wall * 1000:.0f} ms ({wall / unpriced_wall:.3f}x), CPU "
+              f"{cpu * 1000:.0f} vs {unpriced_cpu * 1000:.0f} ms ({ratio:.3f}x, target < 1.03x);"
+              f" pricing a reply takes {per_reply * 1e6:.1f} us, 40 of them "
+              f"{per_reply * 40 / cpu:.3%} of the session's CPU")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 

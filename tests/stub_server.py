@@ -13,7 +13,8 @@ A request with `"stream": true` gets the same reply as server-sent events, shape
 DeepSeek's stream (reasoning deltas, content deltas, tool-call deltas split over several chunks,
 usage in a last chunk without choices, `data: [DONE]`); a `Streamed` script item picks one of
 the quirky shapes other servers send, or holds, cuts or breaks the stream. The checks above run
-for streamed requests alike.
+for streamed requests alike. A `Billed` script item stamps a reply with a chosen time and token
+counts, so a test knows to the token what the reply cost.
 
 With a window (window=N tokens) it plays each server's context window: it answers the server's
 own window endpoint (llama.cpp's GET /props, Ollama's POST /api/show, vLLM's GET /v1/models,
@@ -77,6 +78,32 @@ class Streamed:
     keepalive: bool = False
     end: str = "done"
     stall: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class Billed:
+    """A scripted reply (a message dict, a function of the request, or a Streamed) with what a
+    bill is made from: the time stamped on it (`created`, Unix seconds, UTC) and its usage's
+    cache-hit, cache-miss and completion tokens, whatever the request's size (prompt_tokens is
+    hit + miss). Without it, a reply is stamped now and counted from the request."""
+
+    item: object
+    created: int
+    hit: int = 0
+    miss: int = 0
+    completion: int = 0
+
+    def stamp(self, completion: dict) -> dict:
+        """completion with this time and these counts, in DeepSeek's usage shape."""
+        completion["created"] = self.created
+        completion["usage"] = {
+            "prompt_tokens": self.hit + self.miss,
+            "completion_tokens": self.completion,
+            "total_tokens": self.hit + self.miss + self.completion,
+            "prompt_cache_hit_tokens": self.hit,
+            "prompt_cache_miss_tokens": self.miss,
+        }
+        return completion
 
 
 def sent_messages(body: bytes) -> bytes:
@@ -173,7 +200,8 @@ class StubServer:
     """`with StubServer(script) as server:` serves on server.url until the block ends.
 
     A script item is an assistant message dict, a function of the request body returning one,
-    or a Fail. After the script, every request gets a 500 and counts as a problem.
+    a Streamed, a Billed or a Fail. After the script, every request gets a 500 and counts as a
+    problem.
     """
 
     def __init__(
@@ -299,6 +327,8 @@ class StubServer:
                 self.problems.append(f"request {len(self.requests)} came after the script's end")
                 return 500, {}, error_body("the script is over", "server_error")
             item = self.script.pop(0)
+            billed = item if isinstance(item, Billed) else None
+            item = billed.item if billed else item
             if isinstance(item, Fail):
                 return item.status, item.headers, error_body(item.message, "scripted")
             streamed = item if isinstance(item, Streamed) else Streamed(item)
@@ -307,6 +337,8 @@ class StubServer:
             self.served.append(message)
             cached = len(json.dumps(previous)) // 4 if previous and self.cache else 0
             answer = chat_completion(message, len(self.requests), counted, cached)
+            if billed:
+                billed.stamp(answer)
             # llama.cpp in single-model mode answers as its own model, whatever was asked for.
             answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
             if not request.get("stream"):
@@ -358,11 +390,14 @@ class StubServer:
             self.problems.append("a side request came after the script's end")
             return 500, {}, error_body("the script is over", "server_error")
         item = self.script.pop(0)
+        billed = item if isinstance(item, Billed) else None
+        item = billed.item if billed else item
         if isinstance(item, Fail):
             return item.status, item.headers, error_body(item.message, "scripted")
         message = item.message if isinstance(item, Streamed) else item
         message = dict(message(request) if callable(message) else message)
-        return 200, {}, chat_completion(message, len(self.side_requests), counted, 0)
+        answer = chat_completion(message, len(self.side_requests), counted, 0)
+        return 200, {}, billed.stamp(answer) if billed else answer
 
     def completion_room(self, request: dict) -> int:
         """The tokens max_tokens takes from the window: DeepSeek and vLLM count it."""
