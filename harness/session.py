@@ -187,7 +187,7 @@ class Session:
             budget = cost.money(self.max_cost, self.prices.currency)
             raise BudgetReached(
                 f"stopped: the budget (--max-cost {budget}) is spent ({spent} so far); the "
-                "conversation is saved: raise the budget and resume it to go on"
+                "conversation is saved: resume it (-c) to go on, with a budget of its own"
             )
 
     def note_reply(self, resp, sent: list[dict]) -> None:

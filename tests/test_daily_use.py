@@ -231,7 +231,7 @@ def test_the_budget_stops_before_the_next_request_and_the_conversation_goes_on(
         stopped = [line for line in proc.stderr.splitlines() if line.startswith("stopped:")]
         assert stopped == [
             "stopped: the budget (--max-cost $0.0200) is spent ($0.0252 so far); the "
-            "conversation is saved: raise the budget and resume it to go on"
+            "conversation is saved: resume it (-c) to go on, with a budget of its own"
         ]
         assert last_line(proc).endswith(", cost $0.0252")
         [path] = transcripts(sessions)
