@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import signal
@@ -20,6 +21,7 @@ import agent  # noqa: E402
 
 # Every conversation is saved: the tests' go to a folder of their own, never the user's.
 SESSIONS = tempfile.mkdtemp(prefix="agent-test-sessions-")
+atexit.register(shutil.rmtree, SESSIONS, ignore_errors=True)  # gone with the test run
 os.environ["LLM_SESSIONS_DIR"] = SESSIONS
 
 # What a marked test needs, and the systems that lack it. A test marked posix or linux may give
