@@ -16,7 +16,7 @@ import pytest
 from conftest import clean_env, run_agent
 from stub_server import check_messages, extends, sent_messages
 
-import model_client
+from harness import transcripts
 
 from .recording_proxy import Exchange, RecordingProxy
 
@@ -72,8 +72,8 @@ def check_requests(proxy: RecordingProxy) -> list[Exchange]:
 def check_transcript(save, requests: list[Exchange]) -> list[dict]:
     """The saved transcript is one a strict server accepts, and is exactly what the model was
     sent plus its last reply."""
-    messages = model_client.read_transcript(save)
-    model_client.check_conversation(messages, save)
+    messages = transcripts.read_transcript(save)
+    transcripts.check_conversation(save, transcripts.transcript_lines(save))
     assert check_messages(messages, [], None) == []
     last_request = requests[-1].request_json()["messages"]
     assert messages[: len(last_request)] == last_request
