@@ -462,11 +462,12 @@ class Window:
         """Compact if the next request would reach the threshold: the oldest tool results
         first; if that is not enough and summarize is given, the older turns into a summary.
         summarize(request_messages, max_tokens) sends one request without tools and returns
-        the reply's text (None or "" if it could not). Returns the compaction record for the
-        transcript, or None if nothing was compacted."""
+        the reply's text (None or "" if it could not). If the request would still not fit the
+        window, the latest step's tool results go too (see on_overflow). Returns the compaction
+        record for the transcript, or None if nothing was compacted."""
         if not self.needs_compaction(messages):
             return None
-        return self._compact(messages, summarize, self.target)
+        return self._shrunk(messages, summarize, self.target, self.size - self.reserve)
 
     def compact(self, messages: list[dict], summarize: Summarize | None = None):
         """/compact: everything said so far, the last turn's tool results included; with
@@ -481,17 +482,22 @@ class Window:
         go too if nothing else is enough: one result larger than the window (a big file read
         before the window was known) is what overflows most often; the model can call the tool
         again, and gets a result capped for the smaller window then."""
-        before = self.estimate(messages)
-        sent = before + self.reserve
+        sent = self.estimate(messages) + self.reserve
         named = model_client.window_in_error(error)
         if named:
             self.size = named
         elif not self.size or sent < self.size:
             self.size = sent  # the window is smaller than this, or it would have fitted
         target = min(self.target, max(0, int(sent * AIM) - self.reserve))
+        return self._shrunk(messages, summarize, target, target)
+
+    def _shrunk(self, messages, summarize, target: int, most: int):
+        """Compact towards target; if the view is still above most tokens, the latest step's
+        tool results become notes too. The record, or None if nothing changed."""
+        before = self.estimate(messages)
         record = self._compact(messages, summarize, target)
         view = self.view(messages)
-        if self._tokens(view) <= target:
+        if self._tokens(view) <= most:
             return record
         elided = elide_tool_results(view, target, force=True, overhead=self.overhead)
         if all(new is old for new, old in zip(elided, view, strict=True)):

@@ -741,3 +741,20 @@ def test_a_summary_is_not_summarised_again():
     assert first["kind"] == "summary" and len(calls) == 1
     assert window.on_overflow(error, messages, summarizer(calls)) is None
     assert len(calls) == 1
+
+
+def test_a_request_that_cannot_fit_loses_the_latest_result_before_it_is_sent():
+    """Resumed with a smaller window, a conversation whose last step holds a result larger
+    than the whole window: the result becomes a note before the request, not after a refusal.
+    A latest result that fits stays whole."""
+    messages = [SYSTEM, {"role": "user", "content": "Read the big file."}, *step(1, 40_000)]
+    window = cw.Window(8_192, tools=TOOLS)
+    record = window.before_request(messages)
+    view = window.view(messages)
+    assert view[3]["content"].startswith(cw.ELIDED)
+    assert record["tokens_after"] <= window.target and valid(view) == []
+
+    messages = [*conversation(8), *step(9, 15_000)]  # the latest fits once the rest is notes
+    window = cw.Window(8_192, tools=TOOLS)
+    window.before_request(messages)
+    assert window.view(messages)[-1] is messages[-1]
