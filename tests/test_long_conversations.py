@@ -492,6 +492,36 @@ def test_a_transcript_from_before_compactions_resumes_and_is_compacted(workdir, 
     assert saved_messages(save)[: len(history)] == history
 
 
+def test_a_cut_short_turn_with_a_result_larger_than_the_window_resumes_without_a_refusal(
+    workdir, tmp_path
+):
+    """The agent stopped right after a read of a huge file (its window then unknown): resumed
+    against a server whose window it reads, that result becomes a note before the first
+    request, so the server never refuses, and the file read again fits."""
+    (workdir / "big.txt").write_text("a long line of the big file\n" * 3_000)
+    # (The stub checks the thinking sent back against what it served, in order: this step's is
+    # the same as the one it serves first.)
+    history = [
+        {"role": "system", "content": "You are a small coding agent."},
+        {"role": "user", "content": "Read big.txt."},
+        read(1, "big.txt"),
+        {"role": "tool", "tool_call_id": "call00001", "content": "a long line\n" * 3_000},
+    ]
+    save = tmp_path / "cut.jsonl"
+    save.write_text("".join(json.dumps(message) + "\n" for message in history))
+    model = Model([read(2, "big.txt"), answer("It is long.")], "llamacpp")
+    with StubServer(
+        model.script(), server="llamacpp", window=4_096, compactions_allowed=True
+    ) as stub:
+        done = agent(stub, workdir, "-r", str(save), "Go on.")
+
+    assert done.returncode == 0, done.stderr
+    assert stub.problems == [] and stub.rejected == [] and fits(stub)
+    first = stub.requests[0]["messages"]
+    assert first[3]["content"].startswith(cw.ELIDED) and first[4]["content"] == "Go on."
+    assert saved_messages(save)[:4] == history
+
+
 # --- 6. A refused turn, tried again, is in the transcript once ----------------------------------
 
 
