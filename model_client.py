@@ -810,6 +810,21 @@ def error_text(error: object) -> str:
     return "\n".join(parts)
 
 
+def recorded_summary(entry: dict) -> str | None:
+    """The model's summary a transcript's compaction record was made with, or None (no such
+    record, or one that shortened tool results only)."""
+    from harness.context_window import SUMMARY_HEADING
+
+    if entry.get("event") != "compaction" or entry.get("kind") != "summary":
+        return None
+    for message in entry.get("messages") or []:
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and content.startswith(SUMMARY_HEADING):
+            return content.split(":\n\n", 1)[-1]  # after the heading's own line
+    return None
+
 
 class ReplayClient:
     """Stands in for the OpenAI client: serves a transcript's assistant messages, in order.
@@ -823,8 +838,14 @@ class ReplayClient:
         self.path = path
         from harness.transcripts import transcript_lines
 
-        lines = [(n, entry) for n, entry in transcript_lines(path) if "event" not in entry]
+        entries = transcript_lines(path)
+        lines = [(n, entry) for n, entry in entries if "event" not in entry]
         self.messages = [message for _, message in lines]
+        # A compaction's summary request (no tools) gets the summary the run got, never the
+        # next recorded reply, which belongs to the conversation.
+        self.summaries = [
+            text for _, entry in entries if (text := recorded_summary(entry)) is not None
+        ]
         self.replies = [(n, m) for n, m in lines if m["role"] == "assistant"]
         if not self.replies:
             raise AgentError(f"{path} has no assistant messages to replay")
@@ -848,6 +869,15 @@ class ReplayClient:
         from openai.types.chat import ChatCompletion
         from pydantic import ValidationError
 
+        if not request.get("tools"):  # a compaction's summary
+            if not self.summaries:
+                raise AgentError("the transcript has no more summaries of the conversation")
+            summary = {"role": "assistant", "content": self.summaries.pop(0)}
+            choice = {"index": 0, "message": summary, "finish_reason": "stop"}
+            return ChatCompletion.model_validate(
+                {"id": "replay-summary", "object": "chat.completion", "created": 0,
+                 "model": request.get("model", "replay"), "choices": [choice]}
+            )  # fmt: skip
         if self.served == len(self.replies):
             raise AgentError(
                 f"the transcript has no more replies after its {self.served} assistant messages"
@@ -887,7 +917,14 @@ class ReplayClient:
             if message.get("role") != "tool":
                 break
             sent.insert(0, message.get("content"))
-        if sent != self.recorded_results[self.served - 1]:
+        recorded = self.recorded_results[self.served - 1]
+        # A result the replay's own compaction turned into a note is no difference in the run.
+        from harness.context_window import ELIDED
+
+        if len(sent) != len(recorded) or any(
+            now != then and not str(now).startswith(ELIDED)
+            for now, then in zip(sent, recorded, strict=True)
+        ):
             self.on_recorded_path = False
             self.notify(
                 f"note: the run has left the recorded path: a tool result differs from the one "

@@ -451,11 +451,12 @@ class Window:
         """Compact if the next request would reach the threshold: the oldest tool results
         first; if that is not enough and summarize is given, the older turns into a summary.
         summarize(request_messages, max_tokens) sends one request without tools and returns
-        the reply's text (None or "" if it could not). Returns the compaction record for the
-        transcript, or None if nothing was compacted."""
+        the reply's text (None or "" if it could not). If the request would still not fit the
+        window, the latest step's tool results go too (see on_overflow). Returns the compaction
+        record for the transcript, or None if nothing was compacted."""
         if not self.needs_compaction(messages):
             return None
-        return self._compact(messages, summarize, self.target)
+        return self._shrunk(messages, summarize, self.target, self.size - self.reserve)
 
     def compact(self, messages: list[dict], summarize: Summarize | None = None):
         """/compact: everything said so far, the last turn's tool results included; with
@@ -466,7 +467,10 @@ class Window:
     def on_overflow(self, error: object, messages: list[dict], summarize=None):
         """The server said the request does not fit: learn the window from the error (or take
         it to be smaller than what was sent), and compact below it. The record, or None if
-        nothing more can be compacted (then the error stands)."""
+        nothing more can be compacted (then the error stands). The latest step's tool results
+        go too if nothing else is enough: one result larger than the window (a big file read
+        before the window was known) is what overflows most often; the model can call the tool
+        again, and gets a result capped for the smaller window then."""
         sent = self.estimate(messages) + self.reserve
         named = model_client.window_in_error(error)
         if named:
@@ -474,7 +478,20 @@ class Window:
         elif not self.size or sent < self.size:
             self.size = sent  # the window is smaller than this, or it would have fitted
         target = min(self.target, max(0, int(sent * AIM) - self.reserve))
-        return self._compact(messages, summarize, target)
+        return self._shrunk(messages, summarize, target, target)
+
+    def _shrunk(self, messages, summarize, target: int, most: int):
+        """Compact towards target; if the view is still above most tokens, the latest step's
+        tool results become notes too. The record, or None if nothing changed."""
+        before = self.estimate(messages)
+        record = self._compact(messages, summarize, target)
+        view = self.view(messages)
+        if self._tokens(view) <= most:
+            return record
+        elided = elide_tool_results(view, target, force=True, overhead=self.overhead)
+        if all(new is old for new, old in zip(elided, view, strict=True)):
+            return record
+        return self._record(messages, elided, record["kind"] if record else "tool results", before)
 
     def _compact(self, messages, summarize, target, force: bool = False):
         view = self.view(messages)
@@ -483,7 +500,7 @@ class Window:
         changed = any(new is not old for new, old in zip(elided, view, strict=True))
         if summarize is not None and (target is None or self._tokens(elided) > target):
             summarised = self._summarised(view, summarize, target, force, before)
-            if summarised is not None:
+            if summarised is not None and self._tokens(summarised) < self._tokens(view):
                 return self._record(messages, summarised, "summary", before)
         return self._record(messages, elided, "tool results", before) if changed else None
 
@@ -492,8 +509,11 @@ class Window:
         goal = target if target is not None else self.limit or before
         room = goal - self._tokens(view[:1]) - self.summary_max_tokens  # for the kept tail
         head, older, tail = summary_split(view, max(0, room), force=force)
-        if all(any(message is kept for kept in tail) for message in older):
+        replaced = [message for message in older if not any(message is kept for kept in tail)]
+        if not replaced:
             return None  # nothing the summary would replace
+        if not force and estimate_tokens(replaced) <= self.summary_max_tokens:
+            return None  # no longer than a summary may be (a summary, summarised again)
         # The request must fit the window. Unknown (/compact), the view's size will do: it was
         # sent before, and its text is shorter than its JSON.
         budget = (self.limit or max(before, SMALLEST_WINDOW)) - self.summary_max_tokens

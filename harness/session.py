@@ -135,7 +135,8 @@ class Session:
             return False
         display.say("context: the server says the conversation does not fit; compacting it")
         record = self.window.on_overflow(error, messages, self.summarizer(client, request))
-        self.keep(record)
+        if not self.keep(record):
+            display.say("context: nothing in the conversation can be compacted any further")
         return record is not None
 
     def compact_now(self, client, model: str) -> None:
@@ -207,8 +208,8 @@ class Session:
         self.total["steps"] += 1
         if self.window:
             warning = self.window.after_reply(sent, counts["prompt_tokens"] or None)
-            if warning:
-                display.say(f"warning: {warning}")
+            if warning:  # it begins with "warning:" itself
+                display.say(warning)
             if self.window.size:  # one tool result never fills the window
                 from harness.context_window import result_cap
 

@@ -20,6 +20,10 @@
     the context window set on both sides so that pricing is the only difference: wall and CPU
     time, twice the rounds (target: CPU under 1.03x, that is within the noise); and what pricing
     one reply takes in-process, as a share of the session.
+(h) a 16-turn --chat session in a 4,096-token window (llama.cpp's /props), each turn reading a
+    12 KB file: the share of the bytes sent that were the whole previous request, which the
+    compactions lower (target: a request begins anew only right after a compaction the
+    transcript records, and the server refuses nothing).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -47,7 +51,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefg"
+FIGURES = "abcdefgh"
 
 BARE_LOOP = """
 import json, sys
@@ -245,6 +249,43 @@ def cost_bookkeeping(rounds: int, steps: int = 40) -> tuple[tuple, tuple, float]
     return priced, unpriced, per_reply
 
 
+def compacted_chat_prefixes(turns: int = 16, window: int = 4_096) -> bool:
+    """(h): prints the figure; returns whether it is within target."""
+
+    def model(request: dict) -> dict:
+        if not request.get("tools"):  # a compaction's summary
+            return reply("Summary: the user had part files read, one a turn.")
+        last = request["messages"][-1]
+        if last["role"] == "user":
+            number = int(last["content"].split()[1])
+            call = tool_call("read_file", {"path": f"part{number}.txt"}, f"call{number:05}")
+            return reply(None, call, reasoning="Read it.")
+        return reply(f"Read {last['tool_call_id']}.", reasoning="Done.")
+
+    questions = "".join(f"Read {turn} now.\n" for turn in range(1, turns + 1))
+    with tempfile.TemporaryDirectory() as work:
+        for turn in range(1, turns + 1):
+            Path(work, f"part{turn}.txt").write_text(f"part {turn}, line of text\n" * 500)
+        save = Path(work, "chat.jsonl")
+        with StubServer([model] * (4 * turns), api_key=KEY, server="llamacpp", window=window,
+                        compactions_allowed=True) as server:  # fmt: skip
+            command = [sys.executable, AGENT, "--workdir", work, "--chat", "--save", str(save)]
+            subprocess.run(command, input=questions.encode(), env=env_for(server),
+                           capture_output=True, check=True)  # fmt: skip
+        entries = [json.loads(line) for line in save.read_text().splitlines()]
+        records = [entry for entry in entries if entry.get("event") == "compaction"]
+    pairs = list(zip(server.sent, server.sent[1:], strict=False))
+    shared = [len(earlier) for earlier, later in pairs if extends(later, earlier)]
+    share = sum(shared) / sum(len(later) for _, later in pairs)
+    anew = len(pairs) - len(shared)
+    ok = anew == len(records) and not server.problems and not server.rejected
+    print(f"(h) {turns}-turn --chat session in a {window:,}-token window: {len(server.sent)} "
+          f"requests, {anew} began anew after the {len(records)} compactions, "
+          f"{len(server.rejected)} refused; {share:.0%} of the bytes sent were the whole "
+          "previous request (target: no other request begins anew, none refused)")  # fmt: skip
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
@@ -311,6 +352,9 @@ def main() -> int:
               f"{cpu * 1000:.0f} vs {unpriced_cpu * 1000:.0f} ms ({ratio:.3f}x, target < 1.03x);"
               f" pricing a reply takes {per_reply * 1e6:.1f} us, 40 of them "
               f"{per_reply * 40 / cpu:.3%} of the session's CPU")  # fmt: skip
+
+    if "h" in figures:
+        ok &= compacted_chat_prefixes()
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 

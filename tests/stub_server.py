@@ -214,6 +214,7 @@ class StubServer:
         window: int | None = None,
         ollama_truncates: bool = True,
         num_ctx_in_parameters: bool = True,
+        trained: int | None = None,
         compactions_allowed: bool = False,
         model: str = "deepseek-flash",
     ) -> None:
@@ -221,6 +222,10 @@ class StubServer:
         ollama_truncates: Ollama cuts a long prompt silently (its default); False: it answers
         400, as with context shift off. num_ctx_in_parameters: Ollama's /api/show has num_ctx
         in its parameters (else only the trained length, which is then the window).
+        trained: the trained length Ollama's /api/show gives in model_info (default: 4 x the
+        window with num_ctx in the parameters, else the window); larger than the window
+        without num_ctx, it plays Ollama run with its default window, which the agent cannot
+        learn (the server then cuts the conversation silently).
         compactions_allowed: a request may start a new prefix (see the module's docstring).
         model: the id the model lists give (vLLM, LM Studio)."""
         assert server in SERVERS, server
@@ -228,6 +233,7 @@ class StubServer:
         self.window = window
         self.ollama_truncates = ollama_truncates
         self.num_ctx_in_parameters = num_ctx_in_parameters
+        self.trained = trained
         self.compactions_allowed = compactions_allowed
         self.model = model
         self.probes: list[dict] = []  # every window-endpoint request: method, path, headers
@@ -397,6 +403,7 @@ class StubServer:
         message = item.message if isinstance(item, Streamed) else item
         message = dict(message(request) if callable(message) else message)
         answer = chat_completion(message, len(self.side_requests), counted, 0)
+        answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
         return 200, {}, billed.stamp(answer) if billed else answer
 
     def completion_room(self, request: dict) -> int:
@@ -474,7 +481,7 @@ class StubServer:
             parameters = 'stop                           "<|im_end|>"'
             if self.num_ctx_in_parameters:
                 parameters = f"num_ctx                        {window}\n{parameters}"
-            trained = window * 4 if self.num_ctx_in_parameters else window
+            trained = self.trained or (window * 4 if self.num_ctx_in_parameters else window)
             info = {"general.architecture": "qwen3", "qwen3.context_length": trained}
             return 200, {}, {"parameters": parameters, "model_info": info, "details": {}}
         entry = {"id": self.model, "object": "model", "owned_by": kind}

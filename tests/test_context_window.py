@@ -711,3 +711,50 @@ def test_a_compacted_request_must_keep_the_system_prompt():
             other = [{"role": "user", "content": "no system prompt"}]
             client.chat.completions.create(model="m", messages=other, tools=TOOLS)
     assert any("same system prompt" in problem for problem in stub.problems)
+
+
+def test_on_overflow_drops_the_latest_result_when_nothing_else_is_enough():
+    """One tool result larger than the window, the first of the conversation: it becomes a note
+    (the request could never be sent with it), and nothing else changes."""
+    messages = [SYSTEM, {"role": "user", "content": "Read the big file."}, *step(1, 40_000)]
+    window = cw.Window(1_000_000, tools=TOOLS)
+    record = window.on_overflow(Error(400, {"error": LLAMACPP}), messages)
+    assert window.size == 8_192
+    view = window.view(messages)
+    assert view[:3] == messages[:3] and view[3]["content"].startswith(cw.ELIDED)
+    assert "part1.txt" in view[3]["content"]
+    assert record["kind"] == "tool results" and record["tokens_after"] <= window.target
+    assert valid(view) == []
+
+
+def test_a_summary_is_not_summarised_again():
+    """Retried after an overflow that compaction could not cure (the last user message alone
+    is too long): the conversation already begins with a summary, so no summary is asked for
+    again, nothing is compacted, and the error stands."""
+    messages = conversation(4, turns=3)
+    messages.append(reply("Done.", reasoning="All read."))
+    messages.append({"role": "user", "content": "Check: " + "item, " * 6_000})
+    window = cw.Window(8_192, tools=TOOLS)
+    calls = []
+    error = Error(400, {"error": LLAMACPP})
+    first = window.on_overflow(error, messages, summarizer(calls))
+    assert first["kind"] == "summary" and len(calls) == 1
+    assert window.on_overflow(error, messages, summarizer(calls)) is None
+    assert len(calls) == 1
+
+
+def test_a_request_that_cannot_fit_loses_the_latest_result_before_it_is_sent():
+    """Resumed with a smaller window, a conversation whose last step holds a result larger
+    than the whole window: the result becomes a note before the request, not after a refusal.
+    A latest result that fits stays whole."""
+    messages = [SYSTEM, {"role": "user", "content": "Read the big file."}, *step(1, 40_000)]
+    window = cw.Window(8_192, tools=TOOLS)
+    record = window.before_request(messages)
+    view = window.view(messages)
+    assert view[3]["content"].startswith(cw.ELIDED)
+    assert record["tokens_after"] <= window.target and valid(view) == []
+
+    messages = [*conversation(8), *step(9, 15_000)]  # the latest fits once the rest is notes
+    window = cw.Window(8_192, tools=TOOLS)
+    window.before_request(messages)
+    assert window.view(messages)[-1] is messages[-1]

@@ -54,6 +54,28 @@ def reasoning_server(prepared, tmp_path_factory) -> Iterator[str]:
         yield url
 
 
+SMALL_WINDOW = 2048  # tokens: -c for the server whose window a conversation outgrows
+
+
+@pytest.fixture(scope="session")
+def small_window_server(prepared, tmp_path_factory) -> Iterator[str]:
+    """As tools_server, with a context window of SMALL_WINDOW tokens (this -c comes after
+    SERVER_OPTIONS' own, so it wins), which GET /props reports."""
+    template = llama_server.chat_template(llama_server.TOOLS_TEMPLATE)
+    log = tmp_path_factory.mktemp("llama") / "small-window-server.log"
+    options = ["--chat-template-file", str(template), "-c", str(SMALL_WINDOW)]
+    with llama_server.running_server(prepared["smollm2"], *options, log=log) as url:
+        settings = server_properties(url).get("default_generation_settings", {})
+        assert settings.get("n_ctx") == SMALL_WINDOW, settings
+        yield url
+
+
+@pytest.fixture
+def small_window_proxy(small_window_server) -> Iterator[RecordingProxy]:
+    with RecordingProxy(small_window_server) as proxy:
+        yield proxy
+
+
 @pytest.fixture
 def tools_proxy(tools_server) -> Iterator[RecordingProxy]:
     with RecordingProxy(tools_server) as proxy:

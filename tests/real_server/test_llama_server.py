@@ -16,7 +16,8 @@ import pytest
 from conftest import clean_env, run_agent
 from stub_server import check_messages, extends, sent_messages
 
-from harness.transcripts import check_conversation, read_transcript, transcript_lines
+import agent as the_agent
+from harness import context_window, transcripts
 
 from .recording_proxy import Exchange, RecordingProxy
 
@@ -43,11 +44,13 @@ LONG_WRITE_TASK = (
 )
 
 
-def agent(proxy: RecordingProxy, workdir, *args: str, stdin: str = ""):
+def agent(proxy: RecordingProxy, workdir, *args: str, stdin: str = "", **settings: str):
     """python agent.py against the server through the proxy; every LLM_ setting given, so a
-    developer's config.env changes nothing."""
+    developer's config.env changes nothing (the window: read from the server's /props, unless
+    settings say otherwise)."""
+    given = {"LLM_MAX_TOKENS": "", "LLM_CONTEXT_TOKENS": "", "LLM_COMPACT_AT": "", **settings}
     env = clean_env(
-        LLM_API_KEY="any-key", LLM_BASE_URL=f"{proxy.url}/v1", LLM_MODEL="tiny", LLM_MAX_TOKENS=""
+        LLM_API_KEY="any-key", LLM_BASE_URL=f"{proxy.url}/v1", LLM_MODEL="tiny", **given
     )
     options = ["--workdir", str(workdir), "--yes", "--request-timeout", str(AGENT_TIMEOUT)]
     return run_agent(*options, *args, env=env, stdin=stdin, timeout=AGENT_TIMEOUT)
@@ -72,8 +75,8 @@ def check_requests(proxy: RecordingProxy) -> list[Exchange]:
 def check_transcript(save, requests: list[Exchange]) -> list[dict]:
     """The saved transcript is one a strict server accepts, and is exactly what the model was
     sent plus its last reply."""
-    messages = read_transcript(save)
-    check_conversation(save, transcript_lines(save))
+    messages = transcripts.read_transcript(save)
+    transcripts.check_conversation(save, transcripts.transcript_lines(save))
     assert check_messages(messages, [], None) == []
     last_request = requests[-1].request_json()["messages"]
     assert messages[: len(last_request)] == last_request
@@ -188,3 +191,64 @@ def test_reasoning_content_comes_back_and_goes_back(reasoning_proxy, workdir, tm
     assert sent_back["reasoning_content"] == first_reply["reasoning_content"]
     check_transcript(save, requests)
     assert proc.returncode == documented_exit_code(requests), proc.stderr
+
+
+@pytest.mark.timeout(TEST_TIMEOUT)
+def test_a_conversation_that_outgrows_a_small_window_is_compacted_and_goes_on(
+    small_window_proxy, workdir, tmp_path
+):
+    """llama-server -c 2048. Resumed: a transcript whose earlier turn read a file about eight
+    times the window. With the window read from /props (LLM_CONTEXT_TOKENS unset), the agent
+    compacts before the first request and the server refuses nothing; with LLM_CONTEXT_TOKENS
+    set far too large, the server refuses the first request in its own words, and the agent
+    compacts and sends it again. Whatever the model says next, every request after the
+    compaction is accepted, the run ends as documented, and the transcript keeps the result."""
+    lines = [f"line {number} of big.txt: the quick brown fox" for number in range(1, 1_001)]
+    (workdir / "big.txt").write_text("\n".join(lines) + "\n")  # for a model that reads it again
+    call = {"id": "c00002000", "type": "function"}
+    call["function"] = {"name": "read_file", "arguments": json.dumps({"path": "big.txt"})}
+    history = [
+        {"role": "system", "content": the_agent.SYSTEM_PROMPT},
+        {"role": "user", "content": "Read big.txt."},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": call["id"], "content": "\n".join(lines)},
+        {"role": "assistant", "content": "big.txt has 1000 numbered lines about a fox."},
+    ]
+    task = "What is the first line of big.txt? Answer in a few words."
+    proxy = small_window_proxy
+    for told in ("", "100000"):  # the window from /props; then a wrong one
+        before = len(proxy.exchanges)
+        save = tmp_path / f"long{told}.jsonl"
+        save.write_text("".join(json.dumps(message) + "\n" for message in history))
+        options = ["-r", str(save), "--max-steps", "3", task]
+        proc = agent(proxy, workdir, *options, LLM_CONTEXT_TOKENS=told)
+        exchanges = proxy.exchanges[before:]
+
+        statuses = [(e.path, e.status, e.response[:300]) for e in exchanges]
+        refused = [s for s in statuses if not 200 <= s[1] < 300]
+        requests = [e for e in exchanges if e.path.endswith("/chat/completions")]
+        if told:  # refused once, in llama.cpp's words; the agent compacted and sent it again
+            assert [s[:2] for s in refused] == [("/v1/chat/completions", 400)], statuses
+            assert b"exceed_context_size_error" in refused[0][2]
+            assert "the server says the conversation does not fit" in proc.stderr
+            requests = requests[1:]
+        else:  # the window came from /props, and nothing was refused
+            assert refused == [] and "/props" in [e.path for e in exchanges], statuses
+        steps = [e for e in requests if "tools" in e.request_json()]
+        assert steps, proc.stderr
+        # What was accepted first was the compacted conversation: the result is a note there.
+        first = steps[0].request_json()["messages"]
+        assert first[3]["content"].startswith(context_window.ELIDED), first[3]["content"][:200]
+        assert first[-1] == {"role": "user", "content": task}
+        for exchange in requests:  # the server's own count of every prompt fits the window
+            usage = json.loads(exchange.response).get("usage") or {}
+            assert usage.get("prompt_tokens", 0) <= 2_048, usage
+        entries = transcripts.transcript_lines(save)
+        records = [entry for _, entry in entries if entry.get("event") == "compaction"]
+        assert records and records[0]["covers"] == len(history) + 1
+        sent = [sent_messages(e.request) for e in steps]
+        restarts = sum(not extends(b, a) for a, b in zip(sent, sent[1:], strict=False))
+        assert restarts <= len(records) - 1  # a request began anew only after a compaction
+        assert transcripts.read_transcript(save)[: len(history)] == history  # kept whole
+        transcripts.check_conversation(save, entries)
+        assert proc.returncode == documented_exit_code(steps), proc.stderr
