@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import atexit
 import os
 import shutil
 import signal
@@ -21,7 +20,6 @@ import agent  # noqa: E402
 
 # Every conversation is saved: the tests' go to a folder of their own, never the user's.
 SESSIONS = tempfile.mkdtemp(prefix="agent-test-sessions-")
-atexit.register(shutil.rmtree, SESSIONS, ignore_errors=True)  # gone with the test run
 os.environ["LLM_SESSIONS_DIR"] = SESSIONS
 
 # What a marked test needs, and the systems that lack it. A test marked posix or linux may give
@@ -61,6 +59,11 @@ def pytest_xdist_auto_num_workers(config):
     if "real_server" in selected and "not real_server" not in selected:
         return 0
     return min(2 * (os.cpu_count() or 1), 8)
+
+
+def pytest_unconfigure(config):
+    """The test process's sessions folder goes with it (in each pytest-xdist worker too)."""
+    shutil.rmtree(SESSIONS, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
