@@ -85,6 +85,9 @@ def clean_env(**settings: str) -> dict[str, str]:
     """The environment without any LLM_ or OPENAI_ variable of the user's, plus settings."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("LLM_", "OPENAI_"))}
     env.pop("NO_COLOR", None)
+    # The agents keep their compiled modules, as on a user's machine, where nobody sets this:
+    # else every one of the suite's hundreds of agents compiles the agent's 4,000 lines again.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["LLM_SESSIONS_DIR"] = SESSIONS
     env.update(settings)
     return env
