@@ -119,11 +119,11 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
 def test_the_signal_tests_pass_when_pytest_is_started_with_signals_ignored():
     # `nohup pytest` starts pytest with SIGHUP ignored, and a script's background job
     # (`pytest &`) with Ctrl-C ignored; the agents it starts must still get both as from a
-    # terminal (conftest.pytest_configure), from pytest-xdist's workers too. Here pytest is
+    # terminal (conftest.pytest_configure), from a pytest-xdist worker too. Here pytest is
     # started both ways at once, for the plain SIGHUP and SIGINT cases above.
     selected = "still_kills_it and plain and (SIGHUP or SIGINT)"
     pytest_command = (
-        f"nohup {shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -n 2 "
+        f"nohup {shlex.quote(sys.executable)} -m pytest -p no:cacheprovider -q -n 1 "
         f"-o timeout=30 {shlex.quote(__file__)} -k {shlex.quote(selected)} & wait $!"
     )
     proc = subprocess.run(
