@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import io
 import os
 import shutil
 import signal
@@ -113,6 +114,47 @@ def run_agent(
         timeout=timeout,
         cwd=ROOT / "tests",  # not the project folder: nothing may depend on the cwd
     )
+
+
+def run_in_process(
+    *args: str, env: dict, stdin: str | None = "", timeout: float | None = None
+) -> subprocess.CompletedProcess:
+    """What run_agent returns, without starting a process: harness.cli.main runs in this one,
+    with env as the whole environment, stdin as its input (not a terminal), its stdout and
+    stderr caught, in the same folder. For the tests where the process boundary is not what
+    they check: a new agent process spends half a second importing openai, and the suite
+    starts hundreds. Everything the agent changes for its run is put back: the environment,
+    the folder, the streams and the signal handlers. (timeout is run_agent's; here the
+    suite's own time-out applies.)"""
+    from harness import cli
+
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    numbers = [signal.SIGINT, signal.SIGTERM] + [getattr(signal, "SIGHUP", signal.SIGTERM)]
+    saved_handlers = {number: signal.getsignal(number) for number in numbers}
+    streams = [
+        io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8", write_through=True)
+        for text in (stdin or "", "", "")
+    ]
+    sys.stdin, sys.stdout, sys.stderr = streams
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(ROOT / "tests")
+    try:
+        code = cli.main(list(args))
+    except SystemExit as end:  # argparse's usage errors, a termination signal's handler
+        code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
+        if isinstance(end.code, str):
+            print(end.code, file=sys.stderr)
+    finally:
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for number, handler in saved_handlers.items():
+            signal.signal(number, handler)
+    out, err = (stream.buffer.getvalue().decode() for stream in streams[1:])
+    return subprocess.CompletedProcess(["agent.py", *args], code, out, err)
 
 
 def spawn(server, *args: str) -> pexpect.spawn:

@@ -20,6 +20,7 @@ from conftest import (
     finish,
     on_a_terminal,
     run_agent,
+    run_in_process,
     saved_messages,
     spawn,
     stub_env,
@@ -246,20 +247,20 @@ def test_continue_goes_on_with_the_saved_conversation_and_appends_to_it(workdir,
         answer("Bye."),
     ]
     with StubServer(script) as server:  # one server: it checks the prefix across the runs
-        first = run_agent(
+        first = run_in_process(
             "--workdir", str(workdir), "--save", str(transcript), "read notes.txt",
             env=stub_env(server),
         )  # fmt: skip
         assert first.returncode == 0, first.stderr
         saved = transcript.read_bytes()
-        second = run_agent(
+        second = run_in_process(
             "--workdir", str(workdir), "--resume", str(transcript), "how long is it?",
             env=stub_env(server),
         )  # fmt: skip
         assert second.returncode == 0, second.stderr
         assert second.stdout == "Five letters.\n"
         after_second = transcript.read_bytes()
-        third = run_agent(
+        third = run_in_process(
             "--workdir", str(workdir), "--resume", str(transcript), "--chat",
             env=stub_env(server), stdin="sure?\nthanks\n",
         )  # fmt: skip
@@ -295,7 +296,7 @@ def test_continue_answers_the_calls_a_cut_short_turn_left_open(workdir, tmp_path
     )  # the agent was stopped while c2 ran
     saved = transcript.read_bytes()
     with StubServer([answer("x was interrupted; a.txt says A.")]) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), "--resume", str(transcript), "what happened?",
             env=stub_env(server),
         )  # fmt: skip
@@ -323,7 +324,7 @@ def test_a_run_interrupted_during_a_command_continues_with_its_call_answered(wor
         child.sendintr()
         assert finish(child) == 130  # without --chat, Ctrl-C ends the run as always
         saved = transcript.read_bytes()
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), "--resume", str(transcript), "what happened?",
             env=stub_env(server),
         )  # fmt: skip
@@ -362,7 +363,7 @@ def test_continue_refuses_a_broken_file_in_one_line_and_leaves_it_alone(tmp_path
     transcript = tmp_path / "broken.jsonl"
     transcript.write_text(text)
     with StubServer([answer("never")]) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(tmp_path), "--resume", str(transcript), "go on",
             env=stub_env(server),
         )  # fmt: skip

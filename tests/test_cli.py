@@ -11,7 +11,7 @@ import threading
 import time
 
 import pytest
-from conftest import ROOT, clean_env, run_agent, saved_messages, stub_env, wait_for
+from conftest import ROOT, clean_env, run_agent, run_in_process, saved_messages, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, demo_script
 
@@ -85,7 +85,7 @@ def test_busy_servers_are_retried_by_the_sdk(workdir, status):
         final("The note says note."),
     ]
     with StubServer(script, api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "read notes.txt", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "read notes.txt", env=stub_env(server))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "The note says note.\n"
     assert len(server.requests) == 4 and server.problems == []
@@ -94,7 +94,7 @@ def test_busy_servers_are_retried_by_the_sdk(workdir, status):
 def test_a_server_that_stays_busy_gives_a_clear_error(workdir):
     script = [Fail(503, "Server overloaded", {"retry-after-ms": "10"})] * 3
     with StubServer(script, api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "hello", env=stub_env(server))
     assert_one_line_error(proc, "503", "Server overloaded", "try again later")
     assert len(server.requests) == 3  # the SDK's three attempts
 
@@ -102,7 +102,7 @@ def test_a_server_that_stays_busy_gives_a_clear_error(workdir):
 def test_a_wrong_key_gives_exit_1_and_the_config_hint(workdir):
     with StubServer([final("never")], api_key="the-right-key") as server:
         env = stub_env(server, LLM_API_KEY=KEY)
-        proc = run_agent("--workdir", str(workdir), "hello", env=env)
+        proc = run_in_process("--workdir", str(workdir), "hello", env=env)
     assert_one_line_error(proc, "401", "LLM_API_KEY", "config.env")
     assert KEY not in proc.stderr
     assert server.requests == []
@@ -110,7 +110,7 @@ def test_a_wrong_key_gives_exit_1_and_the_config_hint(workdir):
 
 def test_a_key_quoted_by_the_server_is_not_printed(workdir):
     with StubServer([Fail(403, f"key {KEY} may not use this model")], api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "hello", env=stub_env(server))
     assert_one_line_error(proc, "403", "key *** may not use this model")
     assert KEY not in proc.stderr
 
@@ -121,19 +121,19 @@ def test_a_reply_without_choices_is_a_one_line_error(workdir):
             return 200, {}, {"error": {"message": "upstream exploded"}}
 
     with NoChoices([]) as server:
-        proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "hi", env=stub_env(server))
     assert_one_line_error(proc, "no choices", "upstream exploded")
 
 
 def test_an_empty_balance_says_so(workdir):
     with StubServer([Fail(402, "Insufficient Balance")], api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "hello", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "hello", env=stub_env(server))
     assert_one_line_error(proc, "402", "Insufficient Balance", "balance")
 
 
 def test_an_unknown_model_names_the_setting(workdir):
     with StubServer([Fail(400, "Model Not Exist")], api_key=KEY) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), "--model", "nope", "hello", env=stub_env(server)
         )
     assert_one_line_error(proc, "400", "Model Not Exist", "LLM_MODEL")
@@ -142,7 +142,7 @@ def test_an_unknown_model_names_the_setting(workdir):
 
 def test_a_short_local_key_does_not_mangle_the_message(workdir):
     url = f"http://127.0.0.1:{free_port()}"
-    proc = run_agent(
+    proc = run_in_process(
         "--workdir", str(workdir), "hi", env=clean_env(LLM_API_KEY="k", LLM_BASE_URL=url)
     )
     assert_one_line_error(proc, "check LLM_BASE_URL")
@@ -158,7 +158,7 @@ def test_nothing_listening_gives_exit_1_and_the_url(workdir):
     url = f"http://127.0.0.1:{free_port()}"
     env = clean_env(LLM_API_KEY=KEY, LLM_BASE_URL=url)
     started = time.monotonic()
-    proc = run_agent("--workdir", str(workdir), "hello", env=env)
+    proc = run_in_process("--workdir", str(workdir), "hello", env=env)
     assert_one_line_error(proc, "could not connect", url, "LLM_BASE_URL")
     assert time.monotonic() - started < 30
 
@@ -167,7 +167,7 @@ def test_the_step_limit_gives_exit_3(workdir):
     (workdir / "notes.txt").write_text("note")
     script = [read_call(f"c{i}") for i in range(3)]
     with StubServer(script, api_key=KEY) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), "--max-steps", "3", "read forever", env=stub_env(server)
         )
     assert proc.returncode == 3, proc.stderr
@@ -189,7 +189,7 @@ def test_no_openai_account_settings_are_sent_to_another_provider(workdir):
         env = stub_env(
             server, OPENAI_API_KEY="sk-openai", OPENAI_ORG_ID="org-1", OPENAI_PROJECT_ID="p"
         )
-        proc = run_agent("--workdir", str(workdir), "hi", env=env)
+        proc = run_in_process("--workdir", str(workdir), "hi", env=env)
     assert proc.returncode == 0, proc.stderr
     [headers] = server.headers
     assert headers["authorization"] == f"Bearer {KEY}"
@@ -201,7 +201,7 @@ def test_no_openai_account_settings_are_sent_to_another_provider(workdir):
 def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
     transcript = tmp_path / "demo.jsonl"
     with StubServer(demo_script(), api_key=KEY) as server:
-        first = run_agent(
+        first = run_in_process(
             "--workdir", str(workdir), "--yes", "--save", str(transcript), "the demo",
             env=stub_env(server),
         )  # fmt: skip
@@ -213,7 +213,7 @@ def test_save_then_replay_with_no_server_and_no_key(workdir, tmp_path):
 
     (workdir / "tool_demo.py").unlink()
     offline = clean_env(LLM_API_KEY="", LLM_BASE_URL=f"http://127.0.0.1:{free_port()}")
-    again = run_agent(
+    again = run_in_process(
         "--workdir", str(workdir), "--yes", "--replay", str(transcript), env=offline, stdin=None
     )
     assert again.returncode == 0, again.stderr
@@ -243,7 +243,7 @@ def test_save_onto_an_empty_file_uses_it(workdir, tmp_path):
     transcript = tmp_path / "run.jsonl"
     transcript.write_text("")
     with StubServer([final("new answer")], api_key=KEY) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), "--save", str(transcript), "a new task",
             env=stub_env(server),
         )  # fmt: skip
@@ -258,7 +258,7 @@ def test_a_replay_that_runs_out_of_replies_is_an_error(workdir, tmp_path):
     lines = [{"role": "user", "content": "t"}, read_call("c1")]
     transcript.write_text("".join(json.dumps(m) + "\n" for m in lines))
     (workdir / "notes.txt").write_text("n")
-    proc = run_agent("--workdir", str(workdir), "--replay", str(transcript), env=clean_env())
+    proc = run_in_process("--workdir", str(workdir), "--replay", str(transcript), env=clean_env())
     assert_one_line_error(proc, "no more replies")
 
 
@@ -283,7 +283,7 @@ def test_the_task_can_be_piped_on_stdin(workdir):
 )
 def test_a_task_of_only_whitespace_is_refused_as_bad_usage(workdir, args, stdin, said):
     with StubServer([final("should not be asked")], api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), *args, env=stub_env(server), stdin=stdin)
+        proc = run_in_process("--workdir", str(workdir), *args, env=stub_env(server), stdin=stdin)
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.rstrip().endswith(f"agent.py: error: {said}")
     assert "usage: agent.py" in proc.stderr and "Traceback" not in proc.stderr
@@ -341,7 +341,7 @@ def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdi
         final("could not run it"),
     ]
     with StubServer(script, api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "touch a file", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "touch a file", env=stub_env(server))
     assert proc.returncode == 0
     assert not (workdir / "ran").exists()
     answer = server.requests[1]["messages"][-1]["content"]
@@ -381,7 +381,7 @@ def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_an_open_pipe(work
 
 def test_raw_prints_each_response_as_json_on_stderr_only(workdir):
     with StubServer([final("raw ok")], api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "--raw", "hi", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "--raw", "hi", env=stub_env(server))
     assert proc.stdout == "raw ok\n"
     start = proc.stderr.index("{")
     dumped, _ = json.JSONDecoder().raw_decode(proc.stderr[start:])
@@ -394,14 +394,14 @@ def test_raw_prints_each_response_as_json_on_stderr_only(workdir):
 def test_a_cut_off_reply_is_warned_about_on_stderr(workdir, reason):
     cut = {"role": "assistant", "content": "The answer is", "finish_reason": reason}
     with StubServer([cut], api_key=KEY) as server:
-        proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
+        proc = run_in_process("--workdir", str(workdir), "hi", env=stub_env(server))
     assert proc.returncode == 4 and proc.stdout == "The answer is\n"  # 4: incomplete
     assert f"warning: the reply was cut off (finish_reason {reason})" in proc.stderr
 
 
 def test_the_default_workdir_is_the_playground_beside_agent_py():
     with StubServer([final("ok")], api_key=KEY) as server:
-        proc = run_agent("hi", env=stub_env(server))
+        proc = run_in_process("hi", env=stub_env(server))
     assert proc.returncode == 0
     assert f"workdir {ROOT / 'playground'}" in proc.stderr
 
@@ -492,7 +492,7 @@ def test_show_of_a_broken_file_is_a_one_line_error(tmp_path):
 def test_the_example_transcript_replays_offline_with_no_key(workdir):
     example = ROOT / "examples" / "tool_demo.jsonl"
     offline = clean_env(LLM_API_KEY="", LLM_BASE_URL=f"http://127.0.0.1:{free_port()}")
-    proc = run_agent("--workdir", str(workdir), "--yes", "--replay", str(example), env=offline)
+    proc = run_in_process("--workdir", str(workdir), "--yes", "--replay", str(example), env=offline)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"
     assert (workdir / "tool_demo.py").read_text() == "print(17 * 23)\n"
@@ -508,7 +508,7 @@ def test_max_tokens_is_sent_only_when_asked_for(workdir):
     for name, options in runs.items():
         settings = {"LLM_MAX_TOKENS": "9"} if name == "setting" else {}
         with StubServer([final("ok")]) as server:
-            proc = run_agent(
+            proc = run_in_process(
                 "--workdir", str(workdir), *options, "hi", env=stub_env(server, **settings)
             )
         assert proc.returncode == 0, proc.stderr
@@ -518,7 +518,9 @@ def test_max_tokens_is_sent_only_when_asked_for(workdir):
 
 def test_a_bad_max_tokens_setting_is_a_one_line_error(workdir):
     with StubServer([]) as server:
-        proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server, LLM_MAX_TOKENS="x"))
+        proc = run_in_process(
+            "--workdir", str(workdir), "hi", env=stub_env(server, LLM_MAX_TOKENS="x")
+        )
     assert_one_line_error(proc, "LLM_MAX_TOKENS", "'x'")
     assert server.requests == []
 
@@ -530,7 +532,7 @@ def test_a_server_that_never_answers_is_given_up_at_the_request_timeout(workdir)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
         env = clean_env(LLM_API_KEY="k", LLM_BASE_URL=url)
         started = time.monotonic()
-        proc = run_agent("--workdir", str(workdir), "--request-timeout", "0.5", "hi", env=env)
+        proc = run_in_process("--workdir", str(workdir), "--request-timeout", "0.5", "hi", env=env)
         took = time.monotonic() - started
     assert_one_line_error(proc, "timed out", url)
     assert took < 30  # three attempts of 0.5 s plus the SDK's back-off, not 3 x 600 s
@@ -546,7 +548,7 @@ def test_a_server_that_holds_its_answer_is_reported_as_timed_out(workdir, stream
 
     with StubServer([held] * 3, api_key=KEY) as server:  # one for each of the SDK's attempts
         try:
-            proc = run_agent(
+            proc = run_in_process(
                 "--workdir", str(workdir), "--request-timeout", "0.5", stream, "hi",
                 env=stub_env(server),
             )  # fmt: skip

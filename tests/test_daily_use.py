@@ -23,7 +23,7 @@ from conftest import (
     ROOT,
     finish,
     on_a_terminal,
-    run_agent,
+    run_in_process,
     saved_messages,
     spawn,
     stub_env,
@@ -58,9 +58,9 @@ def final(text: str) -> dict:
 
 
 def agent(server, workdir: Path, sessions: Path, *args: str, stdin: str = "", **settings: str):
-    """The agent as a user starts it, its conversations kept in sessions."""
+    """The agent (in this process: see run_in_process), its conversations kept in sessions."""
     env = stub_env(server, LLM_SESSIONS_DIR=str(sessions), **settings)
-    return run_agent("--workdir", str(workdir), *args, env=env, stdin=stdin)
+    return run_in_process("--workdir", str(workdir), *args, env=env, stdin=stdin)
 
 
 def last_line(proc) -> str:

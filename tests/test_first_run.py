@@ -7,20 +7,26 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import socket
 import subprocess
 import sys
 
 import pexpect
 import pytest
-from conftest import ROOT, clean_env, on_a_terminal, run_agent, saved_messages, stub_env
+from conftest import (
+    ROOT,
+    clean_env,
+    on_a_terminal,
+    run_agent,
+    run_in_process,
+    saved_messages,
+    stub_env,
+)
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer
 
 import agent
 import model_client
-from harness import cli
 
 KEY = "test-key-first-run-0123456789"
 EXAMPLE = ROOT / "examples" / "tool_demo.jsonl"
@@ -583,21 +589,13 @@ def test_an_old_python_is_told_in_one_line(version):
 
 
 @pytest.fixture
-def agent_main(monkeypatch, capsys, tmp_path):
-    """main() in this process, for the variations of a row a real process has shown once:
+def agent_main(monkeypatch, tmp_path):
+    """The agent in this process, for the variations of a row a real process has shown once:
     call(*args, env=settings) with only those LLM_ settings and tmp_path/config.env; returns
     what a process would (returncode, stdout, stderr)."""
 
     def call(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-        for name in [n for n in os.environ if n.startswith(("LLM_", "OPENAI_"))]:
-            monkeypatch.delenv(name)
-        for name, value in env.items():
-            monkeypatch.setenv(name, value)
         monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")
-        with open(os.devnull) as no_input:
-            monkeypatch.setattr("sys.stdin", no_input)
-            code = cli.main(list(args))
-        out, err = capsys.readouterr()
-        return subprocess.CompletedProcess(args, code, out, err)
+        return run_in_process(*args, env=clean_env(**env))
 
     return call

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import clean_env, run_agent, saved_messages, stub_env
+from conftest import clean_env, run_agent, run_in_process, saved_messages, stub_env
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, extends, prompt_tokens
 
@@ -86,10 +86,12 @@ def reading(names: list[str], final: str = "All parts are read.") -> list[dict]:
     return [read(n, name) for n, name in enumerate(names, 1)] + [answer(final)]
 
 
-def agent(stub: StubServer, workdir: Path, *args: str, stdin: str = "", **settings: str):
-    """python agent.py against the stub at its /v1, as a local server is set up."""
+def agent(stub: StubServer, workdir: Path, *args: str, stdin: str = "", run=run_in_process,
+          **settings: str):  # fmt: skip
+    """The agent against the stub at its /v1, as a local server is set up; in this process
+    unless run=run_agent."""
     env = stub_env(stub, **{"LLM_BASE_URL": f"{stub.url}/v1", **settings})
-    return run_agent("--workdir", str(workdir), "--no-stream", *args, env=env, stdin=stdin)
+    return run("--workdir", str(workdir), "--no-stream", *args, env=env, stdin=stdin)
 
 
 def entries(path: Path) -> list[dict]:
@@ -294,12 +296,14 @@ def test_the_window_from_llm_context_tokens(workdir, tmp_path):
 def test_a_server_without_window_endpoints_neither_slows_nor_fails_the_start(workdir):
     """Every window endpoint answers 404 and the model is not a known one: the agent asks, in
     the background, finds nothing, and runs as fast as when the window is set. The two runs
-    of each round run side by side, so a busy machine slows both alike."""
+    of each round run side by side, so a busy machine slows both alike: as processes, each
+    timed from its start, as a user would see it."""
 
     def run(seconds: list, stubs: list, **settings: str) -> None:
         with StubServer([answer("hello")]) as stub:
             started = time.perf_counter()
-            done = agent(stub, workdir, "--no-save", "Say hi.", LLM_MODEL="some-model", **settings)
+            done = agent(stub, workdir, "--no-save", "Say hi.", run=run_agent,
+                         LLM_MODEL="some-model", **settings)  # fmt: skip
             took = time.perf_counter() - started
         assert done.returncode == 0 and done.stdout == "hello\n", done.stderr
         seconds.append(took)

@@ -7,14 +7,14 @@ import json
 import re
 
 import pytest
-from conftest import run_agent, saved_messages, stub_env
+from conftest import run_agent, run_in_process, saved_messages, stub_env
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
 
 def agent(server, workdir, *args: str, save=None, **settings: str):
     options = ["--workdir", str(workdir), "--yes", *(["--save", str(save)] if save else [])]
-    return run_agent(*options, *args, "do it", env=stub_env(server, **settings))
+    return run_in_process(*options, *args, "do it", env=stub_env(server, **settings))
 
 
 def assistant_messages(request: dict) -> list[dict]:

@@ -12,7 +12,15 @@ import time
 
 import pexpect
 import pytest
-from conftest import ROOT, clean_env, finish, on_a_terminal, run_agent, saved_messages, stub_env
+from conftest import (
+    ROOT,
+    clean_env,
+    finish,
+    on_a_terminal,
+    run_in_process,
+    saved_messages,
+    stub_env,
+)
 from fake_model import reply, tool_call
 from stub_server import Streamed, StubServer, demo_script
 
@@ -48,13 +56,13 @@ NAMES = [
 
 
 def session(tmp_path, name: str, script: list, *options: str):
-    """Run the agent once against script; (process, server, transcript text)."""
+    """Run the agent once (in this process) against script; (result, server, transcript text)."""
     work = tmp_path / name
     work.mkdir()
     (work / "notes.txt").write_text("hi\n")
     saved = tmp_path / f"{name}.jsonl"
     with StubServer(script) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(work), "--yes", "--save", str(saved), *options, "do it",
             env=stub_env(server),
         )  # fmt: skip
@@ -102,7 +110,7 @@ def test_in_a_pipe_it_does_not_stream_unless_asked_and_replay_ignores_stream(tmp
     work = tmp_path / "replay"
     work.mkdir()
     (work / "notes.txt").write_text("hi\n")
-    proc = run_agent(
+    proc = run_in_process(
         "--workdir", str(work), "--replay", str(tmp_path / "r.jsonl"), "--stream",
         env=clean_env(),  # no key, no server
     )  # fmt: skip
