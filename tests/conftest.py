@@ -51,9 +51,10 @@ def pytest_configure(config):
 
 def pytest_xdist_auto_num_workers(config):
     """How many workers `-n auto` (pyproject.toml's addopts) starts: two a core, at most 8, as
-    a test mostly waits for the agent it started (on two cores the suite took 110 s with 2
-    workers, 83 s with 4); none (one process) for the real-server tests, whose servers every
-    worker would start again. PYTEST_XDIST_AUTO_NUM_WORKERS, if set, decides."""
+    a test often waits for a server, a command or an agent process (on two cores, in a fresh
+    clone, the suite took 123 s with 2 workers, 91 s with 3, 82 s with 4); none (one process)
+    for the real-server tests, whose servers every worker would start again.
+    PYTEST_XDIST_AUTO_NUM_WORKERS, if set, decides."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # pytest-xdist reads it
     selected = config.option.markexpr or ""
