@@ -24,6 +24,10 @@
     12 KB file: the share of the bytes sent that were the whole previous request, which the
     compactions lower (target: a request begins anew only right after a compaction the
     transcript records, and the server refuses nothing).
+(i) the exit: time from a one-request run's answer reaching stdout to the process's end, the
+    agent as the program against the same agent started through cli.main(argv), which leaves
+    Python's last garbage collection of everything loaded (openai's models) to run at exit
+    (target: median under 100 ms).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -51,7 +55,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefgh"
+FIGURES = "abcdefghi"
 
 BARE_LOOP = """
 import json, sys
@@ -286,6 +290,40 @@ def compacted_chat_prefixes(turns: int = 16, window: int = 4_096) -> bool:
     return ok
 
 
+# The agent as a test or an IDE's console calls it: cli.main(argv), which leaves the exit alone.
+MAIN_WITH_ARGV = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from harness import cli
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def exit_after_answer(rounds: int) -> tuple[float, float]:
+    """Medians of the seconds from the answer's arrival on stdout to the process's end: the
+    agent as the program, and the same agent through cli.main(argv)."""
+    sides = {"program": [AGENT], "main(argv)": ["-c", MAIN_WITH_ARGV]}
+    times = {side: [] for side in sides}
+    with tempfile.TemporaryDirectory() as work:
+        for _ in range(rounds):
+            for side, start in sides.items():
+                with StubServer([reply("hello")], api_key=KEY) as server:
+                    command = [sys.executable, *start, "--workdir", work, "--no-save", "hi"]
+                    agent = subprocess.Popen(
+                        command,
+                        env=env_for(server),
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.DEVNULL,
+                    )
+                    assert agent.stdout.readline() == b"hello\n"
+                    answered = time.perf_counter()
+                    assert agent.wait() == 0
+                    times[side].append(time.perf_counter() - answered)
+                    agent.stdout.close()
+    return statistics.median(times["program"]), statistics.median(times["main(argv)"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
@@ -355,6 +393,12 @@ def main() -> int:
 
     if "h" in figures:
         ok &= compacted_chat_prefixes()
+
+    if "i" in figures:
+        program, with_collection = exit_after_answer(rounds * 3)
+        ok &= program < 0.100
+        print(f"(i) exit after the answer {program * 1000:.0f} ms vs {with_collection * 1000:.0f} "
+              "ms with Python's last collection (target < 100 ms)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 

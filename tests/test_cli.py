@@ -45,6 +45,41 @@ def assert_one_line_error(proc, *phrases: str) -> None:
         assert phrase in last
 
 
+# agent.py run as the program, with one more exit handler registered before it: handlers run
+# last-registered first, so this one runs after all of the agent's, and says what is frozen.
+AGENT_AND_THEN = """
+import atexit, gc, runpy, sys
+atexit.register(lambda: print("frozen at exit:", gc.get_freeze_count(), file=sys.stderr))
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def test_as_the_program_the_exit_leaves_nothing_to_collect_and_the_transcript_whole(
+    workdir, tmp_path
+):
+    """Python's exit would collect every object loaded (openai's models: some 0.2 s after the
+    answer, tests/benchmark.py figure (i)); as the program the agent freezes them instead, after
+    the transcript is closed. Called in-process (tests, an IDE's console) it freezes nothing."""
+    save = tmp_path / "run.jsonl"
+    args = ["--workdir", str(workdir), "--save", str(save), "hi"]
+    with StubServer([reply("hello")]) as server:
+        proc = subprocess.run(
+            [sys.executable, "-c", AGENT_AND_THEN, str(ROOT / "agent.py"), *args],
+            env=stub_env(server), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == "hello\n", proc.stderr
+    frozen = int(proc.stderr.strip().splitlines()[-1].removeprefix("frozen at exit: "))
+    assert frozen > 50_000  # everything the run loaded, openai's models among it
+    assert [m["role"] for m in saved_messages(save)] == ["system", "user", "assistant"]
+    import atexit
+
+    handlers = atexit._ncallbacks()
+    with StubServer([reply("hello")]) as server:
+        assert run_in_process(*args[:2], "--no-save", "hi", env=stub_env(server)).returncode == 0
+    assert atexit._ncallbacks() == handlers  # nothing left to run at this process's exit
+
+
 @pytest.mark.posix("the demo task runs python3, a name Windows may not have")
 def test_the_lessons_task_end_to_end(workdir):
     with StubServer(demo_script(), api_key=KEY) as server:
