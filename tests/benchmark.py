@@ -57,16 +57,19 @@ KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
 FIGURES = "abcdefghi"
 
+# Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
+# (b) and (e) compare the loops, not the ways of exiting.
 BARE_LOOP = """
-import json, sys
+import gc, json, sys
 from openai import OpenAI
 client = OpenAI(api_key=sys.argv[2], base_url=sys.argv[3])
 for request in json.load(open(sys.argv[1])):
     client.chat.completions.create(**request)
+gc.freeze()
 """
 
 BARE_STREAMING_LOOP = """
-import json, sys
+import gc, json, sys
 from openai import OpenAI
 from openai.lib.streaming.chat import ChatCompletionStreamState
 client = OpenAI(api_key=sys.argv[2], base_url=sys.argv[3])
@@ -75,6 +78,7 @@ for request in json.load(open(sys.argv[1])):
     for chunk in client.chat.completions.create(**request):
         state.handle_chunk(chunk)
     state.current_completion_snapshot
+gc.freeze()
 """
 
 
