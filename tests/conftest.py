@@ -117,16 +117,14 @@ def run_agent(
     )
 
 
-def run_in_process(
-    *args: str, env: dict, stdin: str | None = "", timeout: float | None = None
-) -> subprocess.CompletedProcess:
+def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.CompletedProcess:
     """What run_agent returns, without starting a process: harness.cli.main runs in this one,
     with env as the whole environment, stdin as its input (not a terminal), its stdout and
     stderr caught, in the same folder. For the tests where the process boundary is not what
     they check: a new agent process spends half a second importing openai, and the suite
     starts hundreds. Everything the agent changes for its run is put back: the environment,
-    the folder, the streams and the signal handlers. (timeout is run_agent's; here the
-    suite's own time-out applies.)"""
+    the folder, the streams and the signal handlers. A hung run is ended by the suite's own
+    time-out."""
     from harness import cli
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
