@@ -329,17 +329,10 @@ class StubServer:
                 else:
                     self.refuse("context overflow", restart, served_from)
                     return self.overflow(counted, request)
-            if not self.script:
-                self.problems.append(f"request {len(self.requests)} came after the script's end")
-                return 500, {}, error_body("the script is over", "server_error")
-            item = self.script.pop(0)
-            billed = item if isinstance(item, Billed) else None
-            item = billed.item if billed else item
-            if isinstance(item, Fail):
-                return item.status, item.headers, error_body(item.message, "scripted")
-            streamed = item if isinstance(item, Streamed) else Streamed(item)
-            message = streamed.message
-            message = dict(message(request) if callable(message) else message)
+            late = f"request {len(self.requests)} came after the script's end"
+            failed, message, billed, streamed = self.next_reply(request, late)
+            if failed:
+                return failed
             self.served.append(message)
             cached = len(json.dumps(previous)) // 4 if previous and self.cache else 0
             answer = chat_completion(message, len(self.requests), counted, cached)
@@ -392,19 +385,30 @@ class StubServer:
         if problems:
             self.problems += problems
             return 400, {}, error_body("; ".join(problems), "invalid_request_error")
+        late = "a side request came after the script's end"
+        failed, message, billed, _ = self.next_reply(request, late)
+        if failed:
+            return failed
+        answer = chat_completion(message, len(self.side_requests), counted, 0)
+        answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
+        return 200, {}, billed.stamp(answer) if billed else answer
+
+    def next_reply(self, request: dict, late: str) -> tuple:
+        """The script's next item for request: (the response for a scripted Fail, or for no item
+        left, noting late as a problem; else None, then the reply's message, its Billed wrapper
+        or None, and its Streamed shape)."""
         if not self.script:
-            self.problems.append("a side request came after the script's end")
-            return 500, {}, error_body("the script is over", "server_error")
+            self.problems.append(late)
+            return (500, {}, error_body("the script is over", "server_error")), None, None, None
         item = self.script.pop(0)
         billed = item if isinstance(item, Billed) else None
         item = billed.item if billed else item
         if isinstance(item, Fail):
-            return item.status, item.headers, error_body(item.message, "scripted")
-        message = item.message if isinstance(item, Streamed) else item
-        message = dict(message(request) if callable(message) else message)
-        answer = chat_completion(message, len(self.side_requests), counted, 0)
-        answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
-        return 200, {}, billed.stamp(answer) if billed else answer
+            failed = item.status, item.headers, error_body(item.message, "scripted")
+            return failed, None, None, None
+        streamed = item if isinstance(item, Streamed) else Streamed(item)
+        message = streamed.message
+        return None, dict(message(request) if callable(message) else message), billed, streamed
 
     def completion_room(self, request: dict) -> int:
         """The tokens max_tokens takes from the window: DeepSeek and vLLM count it."""
