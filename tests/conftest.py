@@ -125,11 +125,11 @@ def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.
     starts hundreds. Everything the agent changes for its run is put back: the environment,
     the folder, the streams and the signal handlers. A hung run is ended by the suite's own
     time-out."""
-    from harness import cli
+    from harness import cli, processes
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr
-    numbers = [signal.SIGINT, signal.SIGTERM] + [getattr(signal, "SIGHUP", signal.SIGTERM)]
+    numbers = [signal.SIGINT, *processes.termination_signals()]  # the ones the agent handles
     saved_handlers = {number: signal.getsignal(number) for number in numbers}
     streams = [
         io.TextIOWrapper(io.BytesIO(text.encode()), encoding="utf-8", write_through=True)
