@@ -177,3 +177,61 @@ def end_piece(kind: str | None) -> None:
     if kind:
         sys.stderr.write(("\033[0m" if kind == "thinking" and colour() else "") + "\n")
         sys.stderr.flush()
+
+
+def show_change(summary: str, diff: list[str]) -> None:
+    """What a write changes: its summary line, and on a terminal the diff after it."""
+    say(f"      {summary}")
+    if sys.stderr.isatty():
+        show_diff(diff)
+
+
+def show_diff(diff: list[str]) -> None:
+    """A unified diff on stderr, coloured on a colour terminal; past a screenful, its first
+    lines and how many more there are (on a terminal: a pipe or a log gets all of it)."""
+    room = terminal_rows() - 4 if sys.stderr.isatty() else len(diff)
+    shown = diff if len(diff) <= room else diff[: max(room - 1, 1)]
+    paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
+    for line in shown:
+        start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
+        say(f"      {start}{visible(line)}{chr(27) + '[0m' if start else ''}")
+    if len(shown) < len(diff):
+        say(f"      ... {len(diff) - len(shown)} more lines of the diff")
+
+
+def terminal_rows() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).lines or 24
+    except (AttributeError, ValueError, OSError):
+        return 24
+
+
+def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
+    """--confirm-writes: the change and a [y/N/a] prompt, as for a command; a approves this
+    and every later write of the session. Without a terminal nobody can answer."""
+    if not sys.stdin.isatty():
+        say(
+            "  not written: stdin is not a terminal, so nobody can approve it (start without "
+            "--confirm-writes)"
+        )
+        raise PermissionError(
+            "the file was not written: the user asked to approve each write and nobody can "
+            "approve it here (the user can restart the agent without --confirm-writes)"
+        )
+    say(f"  write {visible(path)}: {summary}")
+    show_diff(diff)
+    sys.stderr.write("  Write it? [y/N/a] (a: this and every later write this session) ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
+    if answer in ("a", "all", "always"):
+        ws.confirm_writes = False
+        say("  every later write of this session is made without asking")
+        return True
+    return answer in ("y", "yes")
+
+
+def show_restored(action: str, turn: int, task: str, lines: list[str]) -> None:
+    """--undo, --redo, /undo, /redo: which turn, then one line per file."""
+    say(f"{action} turn {turn} ({one_line(task, 60)}):")
+    for line in lines:
+        say(f"  {visible(line)}")
