@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 
-from harness import display
+from minimal_agent import display
 
 MAX_COMPARED = 1024 * 1024  # bytes: a larger file is said rewritten, not compared line by line
 
