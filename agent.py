@@ -23,7 +23,7 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from minimal_agent import display, files, processes, tool_schema  # noqa: E402
+from minimal_agent import diffs, display, files, processes, tool_schema  # noqa: E402
 from minimal_agent.session import Session  # noqa: E402
 
 # --- Settings ---------------------------------------------------------------------------
@@ -58,6 +58,7 @@ class Workspace:
         self.timeout = timeout
         self.approve_all = approve_all  # --yes, or "a" at the approval prompt: the whole session
         self.sandbox = sandbox  # --sandbox: run_shell's commands run under bubblewrap
+        self.confirm_writes = False  # --confirm-writes: write_file asks first, with the diff
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
 
     def path(self, name: str) -> str:
@@ -88,6 +89,7 @@ def write_file(ws: Workspace, path: str, content: str) -> str:
     file = ws.path(path)
     if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder")
+    diffs.review_write(ws, path, file, content)  # shows the change; may ask the user first
     size = files.write_atomically(file, content)
     return f"Wrote {len(content)} characters ({size} bytes) to {path}"
 
@@ -250,9 +252,7 @@ def chat(
     display.chat_hint()
     message = task or display.next_message()
     while message:
-        if message == "/compact":
-            session.compact_now(client, model)
-        else:
+        if not session.command(message, client, model):  # /compact, /undo, /redo, /diff
             try:
                 result = run(message, client, model=model, max_steps=max_steps, session=session)
             except KeyboardInterrupt:

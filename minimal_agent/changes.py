@@ -23,6 +23,8 @@ import stat
 from pathlib import Path
 from typing import BinaryIO
 
+from minimal_agent import display
+
 MAX_KEPT = 10 * 1024 * 1024  # bytes: a larger file is not kept, and is named when it changes
 SKIPPED_FOLDERS = {".git"}  # never walked, kept nor restored: it stays as the commands left it
 JOURNAL, KEPT, SEEN = "journal.jsonl", "kept", "seen"
@@ -214,16 +216,18 @@ class Recorder:
         self.step_ends()
         self.turn += 1
         self.task = task
+        self.history = History.read(self.folder)  # /undo and /redo write to it too
         note = self.history.untold()
         if note:
             self.write({"event": "told"})
-            self.history = History.read(self.folder)
+            self.history.events_untold.clear()
         return note
 
-    def step_begins(self, calls: list[dict]) -> None:
-        """The state of the workdir before calls run: every content kept in `seen`."""
+    def step_begins(self, tools: list[str]) -> None:
+        """The state of the workdir before the calls of these tools run: every content kept in
+        `seen` (not for a step that only reads)."""
         self.step_ends()
-        if all(call["function"]["name"] in CHANGES_NOTHING for call in calls):
+        if all(name in CHANGES_NOTHING for name in tools):
             return
         self.before = self.snapshot()
 
@@ -356,6 +360,27 @@ class History:
 
 
 # --- Taking a turn back, and putting it back ----------------------------------------------
+
+
+def take_back(folder: str | os.PathLike, action: str, force: bool, how_to_force: str) -> bool:
+    """--undo or --redo (action "undo" or "redo") of the conversation whose store is folder,
+    said one line per file; False, with the line that says why, if nothing was done."""
+    try:
+        turn, task, lines = (undo if action == "undo" else redo)(folder, force)
+    except NothingToDo as error:
+        display.say(f"nothing to {action}: {error}")
+        return False
+    except Conflict as error:
+        again = how_to_force.split()[0].replace(action, "redo" if action == "undo" else "undo")
+        display.say(
+            f"not {action}ne: changed since (by you, an editor or another program), and "
+            f"{action}ing would overwrite it: {', '.join(error.paths)}; nothing was restored. "
+            f"To {action} anyway: {how_to_force} (what it overwrites is kept: {again} puts it "
+            "back)"
+        )
+        return False
+    display.show_restored(action.replace("do", "did"), turn, task, lines)
+    return True
 
 
 def undo(folder: str | os.PathLike, force: bool = False) -> tuple[int, str, list[str]]:

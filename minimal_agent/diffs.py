@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 
-from minimal_agent import display
+from minimal_agent import changes, display
 
 MAX_COMPARED = 1024 * 1024  # bytes: a larger file is said rewritten, not compared line by line
 
@@ -18,7 +18,7 @@ def review_write(ws, path: str, file: str, content: str) -> None:
     new = content.encode("utf-8", "replace")
     summary = change_summary(old, new)
     lines = diff_lines(old, new, path)
-    if getattr(ws, "confirm_writes", False):
+    if ws.confirm_writes:
         if not display.write_approved(ws, path, summary, lines):
             raise PermissionError(
                 "the user did not approve this write, so the file was not written (it is as it was)"
@@ -71,3 +71,29 @@ def text_lines(data: bytes) -> list[str]:
 
 def plural(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
+
+
+def show_last_turn(folder) -> None:
+    """/diff: what the last turn in force changed, file by file (folder: its changes store)."""
+    found = changes.last_turn_changes(folder) if folder else None
+    if not found:
+        display.say("/diff: no turn of this conversation changed a file (or all are undone)")
+        return
+    turn, paths = found
+    display.say(f"turn {turn} changed {plural(len(paths), 'path')}:")
+    for path, (before, after) in sorted(paths.items()):
+        kinds = {(before or {}).get("type"), (after or {}).get("type")} - {None}
+        if kinds != {"file"}:
+            what = "folder" if "dir" in kinds else "link"
+            said = "made" if before is None else "removed" if after is None else "changed"
+            display.say(f"  {what} {said}: {path}")
+            continue
+        old = None if before is None else changes.content(folder, before)
+        new = b"" if after is None else changes.content(folder, after)
+        if (before and old is None) or new is None:
+            display.say(f"  {path}: not kept (over {changes.MAX_KEPT // 2**20} MB)")
+        elif after is None:
+            display.say(f"  deleted: {path}")
+        else:
+            display.say(f"  {path}: {change_summary(old, new)}")
+            display.show_diff(diff_lines(old, new, path))

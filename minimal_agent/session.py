@@ -8,7 +8,9 @@ import json
 import os
 
 import model_client
-from minimal_agent import display  # and minimal_agent.cost where a price is needed: --help stays fast
+
+# and minimal_agent.cost where a price is needed: --help stays fast
+from minimal_agent import changes, diffs, display, sessions
 from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_calls
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
@@ -51,6 +53,10 @@ class Session:
         self.workspace = workspace
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
+        # What each turn changes in the workdir, kept beside the transcript for --undo.
+        self.changes = None
+        if save:
+            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
         self.messages = Conversation(history or [], self.transcript)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.
@@ -69,8 +75,6 @@ class Session:
         cut-short turn left open answered, and task appended."""
         messages = self.messages
         if not messages:
-            from minimal_agent import sessions
-
             messages.save(sessions.session_event(self.workspace.folder, self.model))
             messages.append({"role": "system", "content": self.system_message})
         why = "interrupted: the agent stopped before this call had a result"
@@ -79,7 +83,9 @@ class Session:
         # A turn the server refused (a full context, a wrong key), tried again with the same
         # words, is not added a second time.
         if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
-            messages.append({"role": "user", "content": task})
+            # After /undo or /redo the model is told which files are back as they were.
+            note = self.changes and self.changes.turn_begins(task)
+            messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         return messages
 
@@ -106,7 +112,9 @@ class Session:
     def ask(self, client, request: dict, messages: list[dict], step: int):
         """One model request for step: client.chat.completions.create(**request, messages=...),
         made once the budget allows it, with the conversation as the context window allows;
-        returns the ChatCompletion, its tokens and cost added up."""
+        returns the ChatCompletion, its tokens and cost added up. What the last step's tools
+        changed is recorded first, and the workdir's state before this step's calls run."""
+        self.end_step()
         self.check_budget()
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
@@ -118,7 +126,35 @@ class Session:
                 sent = self.window.view(messages)
                 resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
         self.note_reply(resp, sent)
+        calls = resp.choices[0].message.tool_calls
+        if self.changes and calls:
+            self.changes.step_begins([call.function.name for call in calls])
         return resp
+
+    def end_step(self) -> None:
+        """Record what the last step's tools changed, naming the files too large to keep."""
+        if not self.changes:
+            return
+        for path in self.changes.newly_not_kept(self.changes.step_ends()):
+            limit = changes.MAX_KEPT // 2**20
+            display.say(f"      not kept: {path} is over {limit} MB; --undo cannot restore it")
+
+    def command(self, message: str, client, model: str) -> bool:
+        """--chat's commands: /compact, /undo, /redo (each may end with --force) and /diff;
+        False for a message that is none of them, to be sent."""
+        name, *rest = message.split() or [""]
+        if name == "/compact" and not rest:
+            self.compact_now(client, model)
+        elif name in ("/undo", "/redo") and rest in ([], ["--force"]):
+            if not self.changes:
+                display.say(f"{name}: this conversation is not saved, so nothing was recorded")
+            else:
+                changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force")
+        elif name == "/diff" and not rest:
+            diffs.show_last_turn(self.changes.folder if self.changes else None)
+        else:
+            return False
+        return True
 
     def within_window(self, client, request: dict, messages: list[dict]) -> list[dict]:
         """What to send: the conversation, compacted first if this request would pass the
@@ -234,6 +270,7 @@ class Session:
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
+        self.end_step()
         turn_messages = self.messages[self.turn_start :]
         self.turn["tool_calls"] = sum(1 for m in turn_messages if m["role"] == "tool")
         self.total["tool_calls"] += self.turn["tool_calls"]
@@ -255,6 +292,7 @@ class Session:
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
+        self.end_step()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
         self.cancelled += 1
@@ -268,6 +306,8 @@ class Session:
         return {**result, "messages": self.messages, **totals}
 
     def close(self) -> None:
+        if self.changes:
+            self.changes.close()
         if self.transcript:
             self.transcript.close()
 

@@ -354,6 +354,14 @@ def _visible(text: str) -> str:
     return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
+def changes_folder(transcript: str | os.PathLike) -> Path:
+    """Where a conversation's changes to its workdir are kept for --undo (minimal_agent/
+    changes.py): the folder beside its transcript, named as it is (ID.changes), so that the
+    two go together; the listing and --resume look at .jsonl files only."""
+    path = Path(transcript)
+    return path.with_name(path.name.removesuffix(SUFFIX) + ".changes")
+
+
 # --- Finding one again ------------------------------------------------------------------------
 
 
