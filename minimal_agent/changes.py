@@ -16,6 +16,7 @@ only, the same on Windows, macOS and Linux.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -186,27 +187,32 @@ def walk(root: str, skip: set[str]) -> dict[str, tuple[os.stat_result, str]]:
 
 
 class Recorder:
-    """Records the changes of one conversation's turns in its store folder. The session calls
-    turn_begins at each turn, step_begins when a reply's tool calls are about to run, and
-    step_ends once they ran (any number of times: only an open step is closed)."""
+    """Records the changes of one conversation's turns in its store folder (made when a first
+    step may change something). The session calls turn_begins at each turn, step_begins when
+    a reply's tool calls are about to run, and step_ends when the turn ends (any number of
+    times: only an open step is closed). One walk of the workdir ends a step and begins the
+    next, so a turn of n steps walks it n + 1 times."""
 
     def __init__(self, workdir: str, folder: str | os.PathLike, skip: list[str] = ()) -> None:
         self.root = os.path.realpath(workdir)
         self.folder = Path(folder)
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.skip = {os.path.realpath(path) for path in [*skip, self.folder]}
-        self.blobs = Blobs(self.folder, SEEN)
         self.history = History.read(self.folder)
-        self.journal = open(self.folder / JOURNAL, "a", encoding="utf-8")
-        if not self.history.workdir:
-            self.write({"event": "store", "workdir": self.root})
+        self.blobs: Blobs | None = None  # and the journal: opened by the first walk
+        self.journal = None
         self.turn = self.history.last_turn
         self.task = ""
         self.seen: dict[str, tuple[tuple, dict | None]] = {}  # path -> (stat key, entry)
-        self.before: dict[str, dict | None] | None = None  # the open step's, else None
+        self.before: dict[str, dict] | None = None  # the open step's state, else None
         self.not_kept: set[str] = set()
 
     def write(self, line: dict) -> None:
+        if self.journal is None:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.journal = open(self.folder / JOURNAL, "a", encoding="utf-8")
+            if not self.history.workdir:
+                self.history.workdir = self.root
+                self.write({"event": "store", "workdir": self.root})
         self.journal.write(json.dumps(line, ensure_ascii=False) + "\n")
         self.journal.flush()
 
@@ -224,51 +230,56 @@ class Recorder:
         return note
 
     def step_begins(self, tools: list[str]) -> None:
-        """The state of the workdir before the calls of these tools run: every content kept in
-        `seen` (not for a step that only reads)."""
-        self.step_ends()
+        """The state of the workdir before the calls of these tools run, every content kept in
+        `seen`; what the open step changed is recorded. A step that only reads is not walked."""
         if all(name in CHANGES_NOTHING for name in tools):
             return
-        self.before = self.snapshot()
+        now = self.snapshot()
+        if self.before is not None:
+            self.record(self.before, now)
+        self.before = now
 
-    def step_ends(self) -> list[tuple[str, dict | None, dict | None]]:
-        """The open step's changes, walked again and written to the journal; [] if none."""
-        if self.before is None:
-            return []
-        before, self.before = self.before, None
-        after = self.snapshot()
-        changes = [
+    def step_ends(self) -> None:
+        """What the open step changed, walked again and recorded."""
+        if self.before is not None:
+            self.record(self.before, self.snapshot())
+            self.before = None
+
+    def record(self, before: dict[str, dict], after: dict[str, dict]) -> None:
+        """The paths whose entries differ, into the journal, their contents into `kept`; the
+        changed files too large to keep are named, each once."""
+        changed = [
             (path, before.get(path), after.get(path))
             for path in sorted(before.keys() | after.keys())
-            if not same(before.get(path), after.get(path))
+            if before.get(path) is not after.get(path)
+            and not same(before.get(path), after.get(path))
         ]
-        if not changes:
-            return []
-        for _, *entries in changes:
+        if not changed:
+            return
+        for _, *entries in changed:
             for entry in entries:
                 if entry and entry.get("hash"):
                     self.blobs.keep(entry["hash"])
         if self.turn not in self.history.tasks:
             self.write({"event": "turn", "turn": self.turn, "task": self.task})
-        self.write({"event": "changes", "turn": self.turn, "changes": changes})
-        self.history = History.read(self.folder)
-        return changes
+            self.history.tasks[self.turn] = self.task
+        self.write({"event": "changes", "turn": self.turn, "changes": changed})
+        for path, _, entry in changed:
+            if entry and entry.get("hash", "") is None and path not in self.not_kept:
+                self.not_kept.add(path)
+                limit = MAX_KEPT // 2**20
+                display.say(f"      not kept: {path} is over {limit} MB; --undo cannot restore it")
 
-    def newly_not_kept(self, changes) -> list[str]:
-        """The changed files that are too large (or unreadable) to keep, each named once."""
-        names = [path for path, _, after in changes if after and after.get("hash", 1) is None]
-        fresh = [name for name in names if name not in self.not_kept]
-        self.not_kept.update(fresh)
-        return fresh
-
-    def snapshot(self) -> dict[str, dict | None]:
+    def snapshot(self) -> dict[str, dict]:
         """Every path's entry; a file whose stat is as last seen is not read again."""
-        entries = {}
-        seen = {}
+        if self.blobs is None:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.blobs = Blobs(self.folder, SEEN)
+        entries, seen, known = {}, {}, self.seen
         for path, (info, full) in walk(self.root, self.skip).items():
             key = (info.st_size, info.st_mtime_ns, info.st_mode, info.st_ino)
-            known = self.seen.get(path)
-            entry = known[1] if known and known[0] == key else entry_of(full, info, self.blobs)
+            last = known.get(path)
+            entry = last[1] if last and last[0] == key else entry_of(full, info, self.blobs)
             seen[path] = (key, entry)
             if entry:
                 entries[path] = entry
@@ -277,8 +288,12 @@ class Recorder:
 
     def close(self) -> None:
         self.step_ends()
-        self.journal.close()
-        self.blobs.close()
+        if self.journal:
+            self.journal.close()
+        if self.blobs:
+            self.blobs.close()
+        with contextlib.suppress(OSError):  # walked, but nothing changed: no folder left
+            self.folder.rmdir()
 
 
 # --- The journal read back: the turns, what was undone -------------------------------------

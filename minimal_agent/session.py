@@ -108,9 +108,8 @@ class Session:
     def ask(self, client, request: dict, messages: list[dict], step: int):
         """One model request for step: client.chat.completions.create(**request, messages=...),
         made once the budget allows it, with the conversation as the context window allows;
-        returns the ChatCompletion, its tokens and cost added up. What the last step's tools
-        changed is recorded first, and the workdir's state before this step's calls run."""
-        self.end_step()
+        returns the ChatCompletion, its tokens and cost added up. Before its calls run, the
+        workdir's state is recorded (minimal_agent/changes.py), for --undo."""
         self.check_budget()
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
@@ -128,12 +127,9 @@ class Session:
         return resp
 
     def end_step(self) -> None:
-        """Record what the last step's tools changed, naming the files too large to keep."""
-        if not self.changes:
-            return
-        for path in self.changes.newly_not_kept(self.changes.step_ends()):
-            limit = changes.MAX_KEPT // 2**20
-            display.say(f"      not kept: {path} is over {limit} MB; --undo cannot restore it")
+        """Record what the turn's last step changed in the workdir."""
+        if self.changes:
+            self.changes.step_ends()
 
     def command(self, message: str, client, model: str) -> bool:
         """--chat's commands: /compact, /undo, /redo (each may end with --force) and /diff;
