@@ -279,3 +279,17 @@ def test_the_journal_is_beside_the_transcript(workdir, sessions):
     assert [line["event"] for line in lines] == ["store", "turn", "changes"]
     assert not (store / "seen").exists()  # what was only seen goes with the session's end
     assert os.path.realpath(lines[0]["workdir"]) == os.path.realpath(workdir)
+
+
+def test_after_undo_on_the_command_line_the_resumed_conversation_tells_the_model(
+    workdir, sessions
+):
+    with StubServer([write("a.txt", "a\n", "c1"), done()]) as server:
+        assert agent(server, workdir, sessions, "write a").returncode == 0
+    assert take_back(workdir, sessions, "--undo").returncode == 0
+    with StubServer([done("I see.")]) as server:
+        proc = agent(server, workdir, sessions, "-c", "go on")
+    assert proc.returncode == 0, proc.stderr
+    told = server.requests[0]["messages"][-1]["content"]
+    assert told.startswith("[Note from the agent: ") and "a.txt" in told
+    assert told.endswith("\n\ngo on")
