@@ -201,8 +201,8 @@ class Session:
             if warning:  # it begins with "warning:" itself
                 display.say(warning)
             if self.window.size:  # one tool result never fills the window
-                limit = result_cap(self.window.size)
-                self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
+                ws = self.workspace
+                ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in

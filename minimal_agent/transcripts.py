@@ -21,9 +21,18 @@ from minimal_agent.tool_schema import json_kind
 ROLES = ("system", "user", "assistant", "tool")
 
 
+APPEND_ONLY = (
+    "the conversation is append-only (the transcript keeps every message, and a provider's "
+    "prefix cache needs each request to begin with the last one): add messages with append(), "
+    "extend() or +="
+)
+
+
 class Conversation(list):
-    """The messages of a conversation: a list whose append also writes the message to the
-    transcript, at once (see Transcript); save() writes an event there."""
+    """The messages of a conversation: a list whose append, extend and += also write each
+    message to the transcript, at once (see Transcript); save() writes an event there. What
+    would change or remove a message already there (insert, item or slice assignment, del,
+    pop, remove, clear, sort, reverse, *=) raises TypeError: the history is append-only."""
 
     def __init__(self, messages=(), transcript: Transcript | None = None) -> None:
         super().__init__(messages)
@@ -32,6 +41,19 @@ class Conversation(list):
     def append(self, message: dict) -> None:
         super().append(message)
         self.save(message)
+
+    def extend(self, messages) -> None:
+        for message in messages:
+            self.append(message)
+
+    def __iadd__(self, messages):
+        self.extend(messages)
+        return self
+
+    def refuse(self, *args, **kwargs):
+        raise TypeError(APPEND_ONLY)
+
+    insert = __setitem__ = __delitem__ = pop = remove = clear = sort = reverse = __imul__ = refuse
 
     def save(self, entry: dict) -> None:
         if self.transcript:
