@@ -14,6 +14,7 @@ import os
 import sys
 
 from minimal_agent import files
+from minimal_agent.errors import AgentError
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
 SHELL_NAME = (  # run_shell's parameter description: the model should know which shell it gets
@@ -171,8 +172,6 @@ def check_sandbox(folder: str) -> None:
     them unsandboxed instead."""
     import shutil
     import subprocess
-
-    from model_client import AgentError
 
     if sys.platform == "darwin":
         raise AgentError(
