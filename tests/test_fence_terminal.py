@@ -6,6 +6,7 @@ against the stub server; what a person sees is read back through a terminal emul
 from __future__ import annotations
 
 import io
+import json
 import sys
 import threading
 import types
@@ -13,7 +14,7 @@ import types
 import pexpect
 import pyte
 import pytest
-from conftest import ROOT, run_in_process, stub_env, wait_for
+from conftest import ROOT, clean_env, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer
 
@@ -213,13 +214,30 @@ def test_nothing_the_model_wrote_reaches_the_terminal_raw(workdir, tmp_path, str
     assert rb"[1] run\x1b]52;c;" in output  # the tool name, shown escaped
     assert rb"path\x1b]52;c;" in output  # the argument name
     assert server.problems == []
-
     shown = run_in_process("--show", str(transcript), env=stub_env(server))
     assert shown.returncode == 0
-    for text in (shown.stdout, shown.stderr):
-        assert_nothing_raw(text.encode())
+    assert_nothing_raw((shown.stdout + shown.stderr).encode())
     assert r"calls run\x1b]52;c;" in shown.stdout
-    assert r"[c2\x1b]52;c;" in shown.stdout  # the call's id, and the tool message's
+
+
+def test_show_prints_a_transcripts_names_ids_and_texts_escaped(tmp_path):
+    [first, answer] = hostile_script()
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "go"},
+        first,
+        {"role": "tool", "tool_call_id": "c1", "content": f"Error: {HOSTILE}"},
+        {"role": "tool", "tool_call_id": f"c2{HOSTILE}", "content": "x"},
+        {"event": "compaction", "kind": f"summary{HOSTILE}", "covers": 5, "messages": []},
+        answer,
+    ]
+    transcript = tmp_path / "hostile.jsonl"
+    transcript.write_text("".join(json.dumps(message) + "\n" for message in messages))
+    shown = run_in_process("--show", str(transcript), env=clean_env())
+    assert shown.returncode == 0
+    assert_nothing_raw((shown.stdout + shown.stderr).encode())
+    for escaped in ["calls run", "[c2", "(path", "compacted (summary", "(thinking): thinking "]:
+        assert escaped + r"\x1b]52;c;" in shown.stdout
 
 
 @on_a_terminal
