@@ -185,7 +185,8 @@ class Session:
         """Print the raw response (--raw), warn of a cut-off reply or of a server that cut the
         conversation, add up tokens and cost."""
         if self.raw:
-            display.say(resp.model_dump_json(indent=2))
+            for line in resp.model_dump_json(indent=2).split("\n"):
+                display.say(line)
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
             detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
             raise AgentError(f"the server's reply has no choices {detail}".rstrip())

@@ -13,7 +13,7 @@ import json
 import os
 
 from minimal_agent import sessions
-from minimal_agent.display import one_line, say, short_arguments
+from minimal_agent.display import one_line, say, short_arguments, visible
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import REASONING_FIELDS
 from minimal_agent.tool_schema import json_kind
@@ -226,7 +226,12 @@ def message_problem(message: object) -> str | None:
 
 
 def show_transcript(path: str) -> int:
-    """--show: print a saved transcript as a readable timeline."""
+    """--show: print a saved transcript as a readable timeline, each line with its control
+    characters as escapes (names, ids and texts are the model's, or whoever edited the file)."""
+
+    def show(line: str) -> None:
+        print(visible(line))
+
     try:
         lines = transcript_lines(path, tolerant=True)
     except (AgentError, OSError) as error:
@@ -239,11 +244,11 @@ def show_transcript(path: str) -> int:
         event = entry.get("event")
         if event == "cut off":  # the last line, half written when the agent was stopped
             text = one_line(entry["cut_off"], 120)
-            print(f"{number + 1:3} (cut off: line {entry['line']} was only partly written): {text}")
+            show(f"{number + 1:3} (cut off: line {entry['line']} was only partly written): {text}")
             continue
         if event == "compaction":
             before, after = entry.get("tokens_before"), entry.get("tokens_after")
-            print(
+            show(
                 f"    --- compacted ({entry.get('kind', '?')}): the {entry.get('covers', '?')} "
                 f"messages above are sent as {len(entry.get('messages', []))} from here on, "
                 f"about {before} -> {after} tokens ---"
@@ -256,12 +261,12 @@ def show_transcript(path: str) -> int:
         label = f"{number:3} {role}" + (f" [{entry['tool_call_id']}]" if role == "tool" else "")
         for field in REASONING_FIELDS:
             if entry.get(field):
-                print(f"{label} (thinking): {one_line(entry[field], 160)}")
+                show(f"{label} (thinking): {one_line(entry[field], 160)}")
         if entry.get("content") or "tool_calls" not in entry:
-            print(f"{label}: {one_line(entry.get('content') or '', 160)}")
+            show(f"{label}: {one_line(entry.get('content') or '', 160)}")
         for call in entry.get("tool_calls") or []:
             function = call["function"]
-            print(
+            show(
                 f"{label} calls {function['name']}({short_arguments(function['arguments'])})"
                 f" [{call['id']}]"
             )
