@@ -24,7 +24,7 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from minimal_agent import cli, diffs, display, files, processes, replies, tool_schema  # noqa: E402
+from minimal_agent import cli, diffs, display, files, processes, replies, tool_results, tool_schema  # noqa: E402
 from minimal_agent.errors import AgentError  # noqa: E402
 from minimal_agent.session import Session  # noqa: E402
 
@@ -170,12 +170,13 @@ def execute_tool_call(call: dict, ws: Workspace) -> str:
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
         problem = call_problem(name, args)  # no such tool, or arguments its schema does not allow
-        result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
+        with tool_results.printed_to_stderr():  # a tool's print() stays off the answer's stdout
+            result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
     except json.JSONDecodeError as error:
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"
     except Exception as error:  # a failing tool is news for the model, not a crash
         result = f"Error: {type(error).__name__}: {error}"
-    return files.capped(str(result), ws.max_result_chars)
+    return files.capped(tool_results.as_text(result), ws.max_result_chars)  # a dict as JSON
 
 
 # --- The loop --------------------------------------------------------------------------

@@ -217,7 +217,8 @@ class Session:
         """Print the raw response (--raw), warn of a cut-off reply or of a server that cut the
         conversation, add up tokens and cost."""
         if self.raw:
-            display.say(resp.model_dump_json(indent=2))
+            for line in resp.model_dump_json(indent=2).split("\n"):
+                display.say(line)
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
             detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
             raise AgentError(f"the server's reply has no choices {detail}".rstrip())
@@ -233,8 +234,8 @@ class Session:
             if warning:  # it begins with "warning:" itself
                 display.say(warning)
             if self.window.size:  # one tool result never fills the window
-                limit = result_cap(self.window.size)
-                self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
+                ws = self.workspace
+                ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
