@@ -243,10 +243,10 @@ def chat(
 ) -> dict:
     """--chat: run() for each message, in one conversation, until an empty message.
 
-    Each turn has its own step budget and totals line. "/compact" compacts the conversation
-    instead of being sent. Ctrl-C during a turn cancels that turn only (run_shell has killed
-    its command by then); Ctrl-C at the prompt ends the session. Returns the last finished
-    turn's result, with the session's totals.
+    Each turn has its own step budget and totals line. "/compact", "/undo", "/redo" and "/diff"
+    are done by the session instead of being sent. Ctrl-C during a turn cancels that turn only
+    (run_shell has killed its command by then); Ctrl-C at the prompt ends the session. Returns
+    the last finished turn's result, with the session's totals.
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)

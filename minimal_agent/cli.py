@@ -184,7 +184,8 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         action="store_true",
         help="after each answer take a follow-up in the same conversation: typed at a '> ' "
         "prompt on a terminal, else the next line of stdin; an empty line or end of input "
-        "ends the session; /compact compacts the conversation",
+        "ends the session; /compact compacts the conversation; /undo, /redo and /diff as in "
+        "docs/undo.md",
     )
     add(
         "-c",

@@ -281,9 +281,7 @@ def test_the_journal_is_beside_the_transcript(workdir, sessions):
     assert os.path.realpath(lines[0]["workdir"]) == os.path.realpath(workdir)
 
 
-def test_after_undo_on_the_command_line_the_resumed_conversation_tells_the_model(
-    workdir, sessions
-):
+def test_after_undo_on_the_command_line_the_resumed_conversation_tells_the_model(workdir, sessions):
     with StubServer([write("a.txt", "a\n", "c1"), done()]) as server:
         assert agent(server, workdir, sessions, "write a").returncode == 0
     assert take_back(workdir, sessions, "--undo").returncode == 0
