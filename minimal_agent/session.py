@@ -173,9 +173,17 @@ class Session:
         return summarize
 
     def check_budget(self) -> None:
-        if self.max_cost is not None and self.total["cost"] >= self.max_cost:
+        if self.max_cost is None:
+            return
+        budget = cost.money(self.max_cost, self.prices.currency)
+        if self.total["unknown"]:  # what it cost cannot be known, so neither what is left
+            raise BudgetReached(
+                "stopped: the server reports no usage (token counts) with its replies, so the "
+                f"budget (--max-cost {budget}) cannot be kept; to go on with this server, run "
+                "without --max-cost and LLM_MAX_COST"
+            )
+        if self.total["cost"] >= self.max_cost:
             spent = cost.money(self.total["cost"], self.prices.currency)
-            budget = cost.money(self.max_cost, self.prices.currency)
             raise BudgetReached(
                 f"stopped: the budget (--max-cost {budget}) is spent ({spent} so far); the "
                 "conversation is saved: resume it (-c) to go on, with a budget of its own"
@@ -208,11 +216,13 @@ class Session:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
         the transcript; returns its token counts."""
         counts = cost.token_counts(resp.usage)
-        spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
+        known = cost.usage_known(resp.usage)
+        spent = self.prices.cost(resp.usage, resp.created) if self.prices and known else None
         for totals in (self.turn, self.total):
             for key, number in counts.items():
                 totals["usage"][key] += number
             totals["cost"] += spent or 0
+            totals["unknown"] += not known
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
@@ -229,7 +239,13 @@ class Session:
 
     def counts(self, totals: dict) -> str:
         usage = totals["usage"]
-        money = f", cost {cost.money(totals['cost'], self.prices.currency)}" if self.prices else ""
+        money = ""
+        if self.prices:
+            money = f", cost {cost.money(totals['cost'], self.prices.currency)}"
+        if self.prices and totals["unknown"]:  # never $0.0000 for replies of unknown cost
+            replies = f"{totals['unknown']} repl{'y' if totals['unknown'] == 1 else 'ies'}"
+            known = f"{money} + unknown" if totals["cost"] else ", cost unknown"
+            money = f"{known} (no usage reported for {replies})"
         return (
             f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
             f"prompt tokens {usage['prompt_tokens']}, "
@@ -258,4 +274,4 @@ class Session:
 
 def new_totals() -> dict:
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0}
+    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0, "unknown": 0}
