@@ -165,8 +165,9 @@ SUMMARY = "Summary: the user asked to read the part files; they were read one by
 def reading_model(names: list[str]):
     """A model for the stub: each request with tools reads the next file, then answers; a
     request without tools (a summary) gets SUMMARY."""
+    thinking = "Let me think about this part. " * 60  # long: notes cannot shorten it
     steps = [
-        reply(None, tool_call("read_file", {"path": name}, f"call{n:05}"))
+        reply(None, tool_call("read_file", {"path": name}, f"call{n:05}"), reasoning=thinking)
         for n, name in enumerate(names, 1)
     ] + [reply("All parts are read.")]
 
