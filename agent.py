@@ -242,8 +242,9 @@ def chat(
 
     Each turn has its own step budget and totals line. "/compact" compacts the conversation
     instead of being sent. Ctrl-C during a turn cancels that turn only (run_shell has killed
-    its command by then); Ctrl-C at the prompt ends the session. Returns the last finished
-    turn's result, with the session's totals.
+    its command by then), and a failed request ends its turn only (one line says why); Ctrl-C
+    at the prompt ends the session. Returns the last finished turn's result, with the
+    session's totals.
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
@@ -259,6 +260,8 @@ def chat(
                 result = run(message, client, model=model, max_steps=max_steps, session=session)
             except KeyboardInterrupt:
                 session.cancel_turn()
+            except Exception as error:  # a refused or failed request ends the turn, not the chat
+                session.fail_turn(error)
         message = display.next_message()
     return session.end(result)
 

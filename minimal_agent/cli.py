@@ -6,6 +6,7 @@ ended to the exit code."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -384,6 +385,9 @@ def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> S
         prices=prices,
         max_cost=max_cost,
         window=window,
+        describe=functools.partial(
+            describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
+        ),
     )
 
 

@@ -15,6 +15,9 @@ from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
 AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
+NO_REPLY = (  # what stands in for the reply of a turn that got none
+    "[no reply: the turn ended before the model answered (its request failed or was cut short)]"
+)
 
 
 class BudgetReached(AgentError):
@@ -28,7 +31,8 @@ class Session:
     a conversation to go on with; save is the transcript's path (appended to, never rewritten).
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
-    the conversation inside the model's context window.
+    the conversation inside the model's context window; describe(error) gives the one line
+    for a failed request (errors.describe_api_error with the settings), or None.
     """
 
     def __init__(
@@ -45,8 +49,10 @@ class Session:
         prices=None,
         max_cost: float | None = None,
         window=None,
+        describe=None,
     ) -> None:
         self.workspace = workspace
+        self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
         self.messages = Conversation(history or [], self.transcript)
@@ -72,6 +78,10 @@ class Session:
         why = "interrupted: the agent stopped before this call had a result"
         for answer in answers_to_open_calls(messages, why):
             messages.append(answer)
+        if messages[-1]["role"] == "user" and messages[-1]["content"] != task:
+            # The last turn got no reply (refused, failed, Ctrl-C): a note in its place, as
+            # some servers (Gemma's template) refuse two user messages in a row.
+            messages.append({"role": "assistant", "content": NO_REPLY})
         # A turn the server refused (a full context, a wrong key), tried again with the same
         # words, is not added a second time.
         if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
@@ -252,6 +262,19 @@ class Session:
             f"cache-hit tokens {usage['cache_hit_tokens']}, "
             f"completion tokens {usage['completion_tokens']}{money}"
         )
+
+    def fail_turn(self, error: Exception) -> None:
+        """A --chat turn whose request failed (refused, not answered, a reply that cannot be
+        used): one line, and the turn ends; the next message goes on in the conversation. The
+        budget, and what is no such failure (a bug), end the session: raised again."""
+        said = None
+        if isinstance(error, AgentError) and not isinstance(error, BudgetReached):
+            said = str(error)
+        elif self.describe:
+            said = self.describe(error)
+        if not said:
+            raise error
+        display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
