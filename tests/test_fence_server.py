@@ -326,7 +326,8 @@ def test_a_reply_that_is_not_a_chat_completion_ends_in_one_line(workdir, kind, s
     assert "Traceback" not in done.stderr and "bug in the agent" not in done.stderr
     [error] = errors(done.stderr)
     assert f"{portal.url}/v1/chat/completions" in error
-    assert "not a chat completion" in error
+    expected = "a stream of chat completion chunks" if stream == "--stream" else "a chat completion"
+    assert f", not {expected}: " in error
     if kind == "an HTML page":
         assert "an HTML page" in error and "<!DOCTYPE html>\\n<html>" in error
     if kind == "cut-off JSON":
