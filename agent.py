@@ -82,7 +82,7 @@ def read_file(ws: Workspace, path: str) -> str:
         raise IsADirectoryError(f"{path} is a folder, not a file")
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{path} does not exist or is not a regular file")
-    return files.read_capped(file, ws.max_result_chars)  # a huge file: only its two ends
+    return files.read_capped(ws.folder, file, ws.max_result_chars)  # a huge file: its two ends
 
 
 def write_file(ws: Workspace, path: str, content: str) -> str:
@@ -90,7 +90,7 @@ def write_file(ws: Workspace, path: str, content: str) -> str:
     file = ws.path(path)
     if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder")
-    size = files.write_atomically(file, content)
+    size = files.write_atomically(ws.folder, file, content)
     return f"Wrote {len(content)} characters ({size} bytes) to {path}"
 
 
