@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from minimal_agent import completions, cost, display, sessions
+from minimal_agent import completions, cost, display, files, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
@@ -90,12 +90,21 @@ class Session:
         return messages
 
     def with_agents_file(self) -> str:
-        """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it."""
-        path = os.path.join(self.workspace.folder, AGENTS_FILE)
+        """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it. It is
+        read through the fence, as read_file reads: a link leading outside the workdir, a
+        folder, a FIFO or a device is skipped, with one line saying why."""
         try:
-            with open(path, "rb") as file:
+            path = self.workspace.path(AGENTS_FILE)
+        except PermissionError:
+            display.say(f"skipped {AGENTS_FILE}: it is a link leading outside the workdir")
+            return self.system_prompt
+        try:
+            with files.open_regular(self.workspace.folder, path) as file:
                 data = file.read(AGENTS_LIMIT + 1)
-        except OSError:  # none (or unreadable): the prompt as it is
+        except FileNotFoundError:  # none: the prompt as it is
+            return self.system_prompt
+        except OSError as error:  # a folder, a FIFO, a device, unreadable
+            display.say(f"skipped {AGENTS_FILE}: {error.strerror or error}")
             return self.system_prompt
         text = data[:AGENTS_LIMIT].decode("utf-8", "ignore")  # a character cut in two: dropped
         cut = len(data) > AGENTS_LIMIT
