@@ -420,6 +420,7 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
                 f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
                 "continue: start one with a task; --sessions lists the saved ones"
             )
+    sessions.check_not_in_use(path)  # first: a live agent's last line may be half written
     try:
         lines = transcript_lines(path)
     except UnicodeDecodeError as error:
