@@ -125,6 +125,8 @@ def not_a_chat_completion(resp) -> bool:
         return True
     if not isinstance(resp, ChatCompletion):
         return False
+    if resp.choices is None and "error" in (resp.model_extra or {}):
+        return False  # an error said with status 200: the caller says what the server said
     return not isinstance(resp.choices, list) or not all(
         isinstance(choice, Choice) and isinstance(choice.message, ChatCompletionMessage)
         for choice in resp.choices
