@@ -83,7 +83,7 @@ def read_file(ws: Workspace, path: str) -> str:
         raise IsADirectoryError(f"{path} is a folder, not a file")
     if not os.path.isfile(file):
         raise FileNotFoundError(f"{path} does not exist or is not a regular file")
-    return files.read_capped(file, ws.max_result_chars)  # a huge file: only its two ends
+    return files.read_capped(ws.folder, file, ws.max_result_chars)  # a huge file: its two ends
 
 
 def write_file(ws: Workspace, path: str, content: str) -> str:
@@ -92,7 +92,7 @@ def write_file(ws: Workspace, path: str, content: str) -> str:
     if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder")
     diffs.review_write(ws, path, file, content)  # shows the change; may ask the user first
-    size = files.write_atomically(file, content)
+    size = files.write_atomically(ws.folder, file, content)
     return f"Wrote {len(content)} characters ({size} bytes) to {path}"
 
 
@@ -245,8 +245,9 @@ def chat(
 
     Each turn has its own step budget and totals line. "/compact", "/undo", "/redo" and "/diff"
     are done by the session instead of being sent. Ctrl-C during a turn cancels that turn only
-    (run_shell has killed its command by then); Ctrl-C at the prompt ends the session. Returns
-    the last finished turn's result, with the session's totals.
+    (run_shell has killed its command by then), and a failed request ends its turn only (one
+    line says why); Ctrl-C at the prompt ends the session. Returns the last finished turn's
+    result, with the session's totals.
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
@@ -260,6 +261,8 @@ def chat(
                 result = run(message, client, model=model, max_steps=max_steps, session=session)
             except KeyboardInterrupt:
                 session.cancel_turn()
+            except Exception as error:  # a refused or failed request ends the turn, not the chat
+                session.fail_turn(error)
         message = display.next_message()
     return session.end(result)
 

@@ -6,6 +6,7 @@ ended to the exit code."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -415,6 +416,9 @@ def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> S
         prices=prices,
         max_cost=max_cost,
         window=window,
+        describe=functools.partial(
+            describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
+        ),
     )
 
 
@@ -447,6 +451,7 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
                 f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
                 "continue: start one with a task; --sessions lists the saved ones"
             )
+    sessions.check_not_in_use(path)  # first: a live agent's last line may be half written
     try:
         lines = transcript_lines(path)
     except UnicodeDecodeError as error:

@@ -4,6 +4,8 @@ the repairs other servers' streams need."""
 
 from __future__ import annotations
 
+import json
+
 from minimal_agent.display import say
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
@@ -50,7 +52,14 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     A reply that does not arrive whole raises AgentError: nothing of it is kept.
     """
     if show is None:
-        return client.chat.completions.create(**request)
+        try:
+            resp = client.chat.completions.create(**request)
+        except json.JSONDecodeError as error:  # the SDK reads a JSON body it cannot parse
+            raise AgentError(not_a_completion(client, error.doc, "JSON that is cut off")) from None
+        if not_a_chat_completion(resp):  # the SDK hands on a text body, or other JSON, as is
+            body = resp if isinstance(resp, str) else json.dumps(resp, default=dumped)
+            raise AgentError(not_a_completion(client, body))
+        return resp
     import openai  # here, not at the top: --help starts without it
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletion
@@ -62,6 +71,12 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     stream = client.chat.completions.create(
         **request, stream=True, stream_options={"include_usage": True}
     )
+    response = getattr(stream, "response", None)  # the SDK's stream has its HTTP response
+    kind = response.headers.get("content-type", "") if response is not None else ""
+    if kind and "event-stream" not in kind:  # a page or a JSON body: no event would come
+        body = next(response.iter_bytes(), b"")[:1_000].decode("utf-8", "replace")
+        response.close()
+        raise AgentError(not_a_completion(client, body, streamed=True))
     try:
         with stream:
             for chunk in stream:
@@ -97,6 +112,51 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     data = snapshot.model_dump(exclude={"choices": {"__all__": {"message": parsed}}})
     data["usage"] = usage and usage.model_dump()
     return ChatCompletion.construct(**data)
+
+
+def not_a_chat_completion(resp) -> bool:
+    """Whether what the SDK returned is no chat completion: a text body (an HTML page), other
+    JSON, or a ChatCompletion the SDK made from JSON without choices it could read. (A client
+    of other objects, such as a test's, is taken at its word.)"""
+    from openai.types.chat import ChatCompletion, ChatCompletionMessage
+    from openai.types.chat.chat_completion import Choice
+
+    if isinstance(resp, str | list | dict | int | float) or resp is None:
+        return True
+    if not isinstance(resp, ChatCompletion):
+        return False
+    if resp.choices is None and "error" in (resp.model_extra or {}):
+        return False  # an error said with status 200: the caller says what the server said
+    return not isinstance(resp.choices, list) or not all(
+        isinstance(choice, Choice) and isinstance(choice.message, ChatCompletionMessage)
+        for choice in resp.choices
+    )
+
+
+def dumped(resp) -> object:
+    """The JSON of a ChatCompletion the SDK made from what the server sent."""
+    return resp.model_dump(exclude_unset=True, warnings=False)
+
+
+def not_a_completion(client, body: str, what: str | None = None, streamed: bool = False) -> str:
+    """One line: the URL, what came back (an HTML page, JSON, text) and its first characters,
+    escaped, and what to check."""
+    url = f"{str(getattr(client, 'base_url', '')).rstrip('/')}/chat/completions"
+    if what is None:
+        start = body.lstrip()[:200].lower()
+        if start.startswith(("<!doctype html", "<html")) or "<html" in start:
+            what = "an HTML page"
+        elif start.startswith(("{", "[")):
+            what = "JSON"
+        else:
+            what = "text" if body.strip() else "nothing"
+    sample = repr(body[:120]) + ("..." if len(body) > 120 else "")
+    expected = "a stream of chat completion chunks" if streamed else "a chat completion"
+    return (
+        f"{url} answered with {what}, not {expected}: {sample}; check LLM_BASE_URL (a server's "
+        "OpenAI-compatible API, usually ending in /v1)"
+        + (", or try --no-stream if the server does not stream" if streamed else "")
+    )
 
 
 BROKEN_STREAM = (

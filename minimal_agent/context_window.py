@@ -47,6 +47,7 @@ MIN_RESULT_CHARS = 1_000  # result_cap() never goes below this
 SUMMARY_TOKENS = (512, 8_192)  # the summary's max_tokens: an eighth of the window, within these
 ELIDED = "[elided to save context"  # how every note that replaced a tool result begins
 SUMMARY_HEADING = "Summary of the earlier conversation"
+SUMMARY_END = "(The summary ends here. The user's latest message:)"
 
 
 # --- Settings read from the environment (the caller passes their text) ------------------------
@@ -299,8 +300,10 @@ def middle_out(text: str, limit: int) -> str:
 
 
 def summary_conversation(head: list[dict], summary: str, tail: list[dict]) -> list[dict]:
-    """The compacted conversation: head (the system prompt), one user message carrying the
-    summary, labelled as such, then the tail whole. ValueError if the summary is empty."""
+    """The compacted conversation: head (the system prompt), a user message carrying the
+    summary, labelled as such, then the tail. A tail that begins with a user message has the
+    summary put before its text instead: some servers (Gemma's template) refuse two user
+    messages in a row. ValueError if the summary is empty."""
     text = without_thinking(summary or "").strip()
     if not text:
         raise ValueError("the model's summary of the conversation is empty")
@@ -309,7 +312,15 @@ def summary_conversation(head: list[dict], summary: str, tail: list[dict]) -> li
         "replaced by this summary; tool results from then are not shown: call a tool again if "
         f"you need one):\n\n{text}"
     )
-    return [*head, {"role": "user", "content": note}, *tail]
+    if not (tail and tail[0].get("role") == "user"):
+        return [*head, {"role": "user", "content": note}, *tail]
+    note += f"\n\n{SUMMARY_END}\n\n"
+    content = tail[0].get("content")
+    if isinstance(content, list):  # content parts: the note as one more, first
+        joined = [{"type": "text", "text": note}, *content]
+    else:
+        joined = note + text_of(content)
+    return [*head, {**tail[0], "content": joined}, *tail[1:]]
 
 
 # --- Silent truncation (Ollama) ---------------------------------------------------------------

@@ -152,6 +152,11 @@ def token_counts(usage) -> dict[str, int]:
     }
 
 
+def usage_known(usage) -> bool:
+    """Whether a reply's usage gives its token counts (some servers send none, or nulls)."""
+    return any(count(usage, name) is not None for name in ("prompt_tokens", "completion_tokens"))
+
+
 def field(record, name: str):
     """A field of a dict or an object (an attribute, or an extra field of a pydantic model)."""
     if record is None:

@@ -79,7 +79,9 @@ def status_hint(status: int, said: str, config: dict, model: str | None, save: s
             "attempts, so trying again will not help; its log may say why"
         )
     hints = {
-        400: "check the model name (LLM_MODEL or --model)",
+        400: "check the model name (LLM_MODEL or --model)"
+        if "model" in said
+        else "the server refused this request: what it said may tell why",
         401: "check LLM_API_KEY" + (f" ({config['key_origin']})" if "key_origin" in config else ""),
         402: "the account's balance is used up: top it up with the provider",
         403: "the key is not allowed to do this: check LLM_API_KEY and LLM_MODEL",

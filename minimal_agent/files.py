@@ -3,7 +3,10 @@ of a large file, writing a file atomically, and capping a result at the model's 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 
 
 def keep(limit: int) -> int:
@@ -26,11 +29,12 @@ def joined(head: str, tail: str, omitted: int, unit: str) -> str:
     return f"{head}\n[... {omitted} {unit} left out ...]\n{tail}" if omitted > 0 else head + tail
 
 
-def read_capped(file: str, limit: int) -> str:
+def read_capped(folder: str, file: str, limit: int) -> str:
     """A file's text (UTF-8, undecodable bytes as U+FFFD); of a file larger than limit only its
-    two ends are read, however large it is."""
-    size = os.path.getsize(file)
-    with open(file, "rb") as f:
+    two ends are read, however large it is. file is a real path inside folder (as
+    Workspace.path gives it); see open_regular."""
+    with open_regular(folder, file) as f:
+        size = os.fstat(f.fileno()).st_size
         if size <= limit:  # a byte never decodes to more than one character
             return f.read().decode("utf-8", "replace")
         ends = keep(limit)
@@ -40,23 +44,105 @@ def read_capped(file: str, limit: int) -> str:
     return joined(head, tail, size - 2 * ends, "bytes")
 
 
-def write_atomically(file: str, content: str) -> int:
-    """Write content (UTF-8) to file through a temporary file renamed over it, creating its
-    folders; an existing file keeps its mode. Returns the number of bytes written."""
-    folder, name = os.path.split(file)
-    os.makedirs(folder, exist_ok=True)
-    data = content.encode("utf-8", "replace")
-    temporary = os.path.join(folder, f".{name}.{os.getpid()}.tmp")
-    existing = os.path.exists(file)
-    mode = os.stat(file).st_mode & 0o7777 if existing else 0o666  # os.open applies the umask
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+def open_regular(folder: str, file: str):  # -> a binary file open for reading
+    """file (a real path inside folder, as Workspace.path gives it) open for reading, if it is
+    a regular file; else OSError: IsADirectoryError, or NotARegularFile (a FIFO, a device, a
+    socket). Opening never blocks (a FIFO without a writer would), and, where the platform
+    allows, no link swapped in after the check leads outside folder (see parent_of)."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+    with parent_of(folder, file) as (where, name):
+        fd = os.open(name, flags | NOFOLLOW, dir_fd=where)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        if existing:
-            os.chmod(temporary, mode)  # exactly the old file's mode, umask or not
-        os.replace(temporary, file)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISDIR(mode):
+            raise IsADirectoryError(f"{os.path.basename(file)} is a folder, not a file")
+        if not stat.S_ISREG(mode):
+            raise NotARegularFile(f"{os.path.basename(file)} is {kind(mode)}, not a regular file")
+        return os.fdopen(fd, "rb")
     except BaseException:
-        os.unlink(temporary)
+        os.close(fd)
         raise
+
+
+class NotARegularFile(OSError):
+    """A FIFO, a device or a socket where a file was to be read."""
+
+
+def kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "a socket" if stat.S_ISSOCK(mode) else "something else"
+
+
+def write_atomically(folder: str, file: str, content: str) -> int:
+    """Write content (UTF-8) to file (a real path inside folder, as Workspace.path gives it)
+    through a temporary file renamed over it, creating its folders; an existing file keeps its
+    mode. Where the platform allows, no link swapped in after the check leads the write
+    outside folder (see parent_of). Returns the number of bytes written."""
+    data = content.encode("utf-8", "replace")
+    with parent_of(folder, file, create=True) as (where, name):
+        folder_part, base = os.path.split(name)  # folder_part: "" where name is in where
+        temporary = os.path.join(folder_part, f".{base}.{os.getpid()}.tmp")
+        try:
+            old = os.stat(name, dir_fd=where, follow_symlinks=False).st_mode
+        except FileNotFoundError:
+            old = None
+        existing = old is not None and stat.S_ISREG(old)
+        mode = old & 0o7777 if existing else 0o666  # os.open applies the umask
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_BINARY", 0)
+        fd = os.open(temporary, flags, mode, dir_fd=where)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                if existing:  # exactly the old file's mode, umask or not
+                    os.chmod(f.fileno() if os.chmod in os.supports_fd else temporary, mode)
+            os.replace(temporary, name, src_dir_fd=where, dst_dir_fd=where)
+        except BaseException:
+            os.unlink(temporary, dir_fd=where)
+            raise
     return len(data)
+
+
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+# POSIX: each component is opened relative to its folder's descriptor. Windows has no such
+# calls: there the path is checked (Workspace.path) and then used by name.
+WALKS = bool(NOFOLLOW) and hasattr(os, "O_DIRECTORY") and os.open in os.supports_dir_fd
+
+
+@contextlib.contextmanager
+def parent_of(folder: str, file: str, create: bool = False):
+    """(where, name) for file inside folder: where is a descriptor of file's folder and name
+    its name in it, each folder on the way opened relative to the one before without following
+    a link, from folder down (create: missing ones made), so a folder swapped for a link after
+    Workspace.path's check stops the walk instead of leading outside. Where that cannot be done
+    (Windows), where is None and name the whole path (its folders made if create)."""
+    if not WALKS:
+        if create:
+            os.makedirs(os.path.dirname(file), exist_ok=True)
+        yield None, file
+        return
+    parts = os.path.relpath(file, folder).split(os.sep)
+    if parts[0] == os.pardir or os.path.isabs(parts[0]):
+        raise PermissionError(f"{file} is outside the workdir")
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        for part in parts[:-1]:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, dir_fd=fd)
+            try:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | NOFOLLOW, dir_fd=fd)
+            except OSError as error:
+                if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise PermissionError(
+                    f"{part} became a link or a file after the path was checked, so nothing "
+                    "was done"
+                ) from None
+            os.close(fd)
+            fd = inner
+        yield fd, parts[-1]
+    finally:
+        os.close(fd)

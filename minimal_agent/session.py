@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from minimal_agent import changes, completions, cost, diffs, display, sessions
+from minimal_agent import changes, completions, cost, diffs, display, files, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
@@ -15,6 +15,9 @@ from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
 AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
+NO_REPLY = (  # what stands in for the reply of a turn that got none
+    "[no reply: the turn ended before the model answered (its request failed or was cut short)]"
+)
 
 
 class BudgetReached(AgentError):
@@ -28,7 +31,8 @@ class Session:
     a conversation to go on with; save is the transcript's path (appended to, never rewritten).
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
-    the conversation inside the model's context window.
+    the conversation inside the model's context window; describe(error) gives the one line
+    for a failed request (errors.describe_api_error with the settings), or None.
     """
 
     def __init__(
@@ -45,8 +49,10 @@ class Session:
         prices=None,
         max_cost: float | None = None,
         window=None,
+        describe=None,
     ) -> None:
         self.workspace = workspace
+        self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
         # What each turn changes in the workdir, kept beside the transcript for --undo.
@@ -76,6 +82,10 @@ class Session:
         why = "interrupted: the agent stopped before this call had a result"
         for answer in answers_to_open_calls(messages, why):
             messages.append(answer)
+        if messages[-1]["role"] == "user" and messages[-1]["content"] != task:
+            # The last turn got no reply (refused, failed, Ctrl-C): a note in its place, as
+            # some servers (Gemma's template) refuse two user messages in a row.
+            messages.append({"role": "assistant", "content": NO_REPLY})
         # A turn the server refused (a full context, a wrong key), tried again with the same
         # words, is not added a second time.
         if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
@@ -86,12 +96,21 @@ class Session:
         return messages
 
     def with_agents_file(self) -> str:
-        """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it."""
-        path = os.path.join(self.workspace.folder, AGENTS_FILE)
+        """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it. It is
+        read through the fence, as read_file reads: a link leading outside the workdir, a
+        folder, a FIFO or a device is skipped, with one line saying why."""
         try:
-            with open(path, "rb") as file:
+            path = self.workspace.path(AGENTS_FILE)
+        except PermissionError:
+            display.say(f"skipped {AGENTS_FILE}: it is a link leading outside the workdir")
+            return self.system_prompt
+        try:
+            with files.open_regular(self.workspace.folder, path) as file:
                 data = file.read(AGENTS_LIMIT + 1)
-        except OSError:  # none (or unreadable): the prompt as it is
+        except FileNotFoundError:  # none: the prompt as it is
+            return self.system_prompt
+        except OSError as error:  # a folder, a FIFO, a device, unreadable
+            display.say(f"skipped {AGENTS_FILE}: {error.strerror or error}")
             return self.system_prompt
         text = data[:AGENTS_LIMIT].decode("utf-8", "ignore")  # a character cut in two: dropped
         cut = len(data) > AGENTS_LIMIT
@@ -205,9 +224,17 @@ class Session:
         return summarize
 
     def check_budget(self) -> None:
-        if self.max_cost is not None and self.total["cost"] >= self.max_cost:
+        if self.max_cost is None:
+            return
+        budget = cost.money(self.max_cost, self.prices.currency)
+        if self.total["unknown"]:  # what it cost cannot be known, so neither what is left
+            raise BudgetReached(
+                "stopped: the server reports no usage (token counts) with its replies, so the "
+                f"budget (--max-cost {budget}) cannot be kept; to go on with this server, run "
+                "without --max-cost and LLM_MAX_COST"
+            )
+        if self.total["cost"] >= self.max_cost:
             spent = cost.money(self.total["cost"], self.prices.currency)
-            budget = cost.money(self.max_cost, self.prices.currency)
             raise BudgetReached(
                 f"stopped: the budget (--max-cost {budget}) is spent ({spent} so far); the "
                 "conversation is saved: resume it (-c) to go on, with a budget of its own"
@@ -241,11 +268,13 @@ class Session:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
         the transcript; returns its token counts."""
         counts = cost.token_counts(resp.usage)
-        spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
+        known = cost.usage_known(resp.usage)
+        spent = self.prices.cost(resp.usage, resp.created) if self.prices and known else None
         for totals in (self.turn, self.total):
             for key, number in counts.items():
                 totals["usage"][key] += number
             totals["cost"] += spent or 0
+            totals["unknown"] += not known
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
@@ -263,13 +292,33 @@ class Session:
 
     def counts(self, totals: dict) -> str:
         usage = totals["usage"]
-        money = f", cost {cost.money(totals['cost'], self.prices.currency)}" if self.prices else ""
+        money = ""
+        if self.prices:
+            money = f", cost {cost.money(totals['cost'], self.prices.currency)}"
+        if self.prices and totals["unknown"]:  # never $0.0000 for replies of unknown cost
+            replies = f"{totals['unknown']} repl{'y' if totals['unknown'] == 1 else 'ies'}"
+            known = f"{money} + unknown" if totals["cost"] else ", cost unknown"
+            money = f"{known} (no usage reported for {replies})"
         return (
             f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
             f"prompt tokens {usage['prompt_tokens']}, "
             f"cache-hit tokens {usage['cache_hit_tokens']}, "
             f"completion tokens {usage['completion_tokens']}{money}"
         )
+
+    def fail_turn(self, error: Exception) -> None:
+        """A --chat turn whose request failed (refused, not answered, a reply that cannot be
+        used): one line, and the turn ends; the next message goes on in the conversation. The
+        budget, and what is no such failure (a bug), end the session: raised again."""
+        said = None
+        if isinstance(error, AgentError) and not isinstance(error, BudgetReached):
+            said = str(error)
+        elif self.describe:
+            said = self.describe(error)
+        if not said:
+            raise error
+        self.end_step()  # what the turn's tools changed so far can be undone
+        display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
@@ -295,4 +344,4 @@ class Session:
 
 def new_totals() -> dict:
     usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0}
+    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0, "unknown": 0}

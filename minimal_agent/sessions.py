@@ -457,6 +457,14 @@ def open_for_append(path: str | os.PathLike) -> io.BufferedWriter:
         raise
 
 
+def check_not_in_use(path: str | os.PathLike) -> None:
+    """SessionError if another agent is writing the transcript (see open_for_append): said
+    before anything reads it, as its last line may be half written by that agent. The file is
+    left as it was (a missing one is not made)."""
+    if os.path.exists(path):
+        open_for_append(path).close()
+
+
 def _lock(fd: int, path: str | os.PathLike) -> None:
     if sys.platform == "win32":
         import msvcrt

@@ -98,10 +98,20 @@ def fetch_json(url: str, body: dict | None, api_key: str | None, timeout: float)
         headers["Content-Type"] = "application/json"
     import urllib.request  # here: its 40 ms of imports (http, email, ssl) would slow --help
 
+    class SameOriginRedirects(urllib.request.HTTPRedirectHandler):
+        """urllib's own handler copies every header, the key too, to wherever a redirect
+        leads: one to another origin is not followed (the probe then has no answer)."""
+
+        def redirect_request(self, request, fp, code, msg, headers, new_url):
+            if origin(new_url) != origin(request.full_url):
+                return None
+            return super().redirect_request(request, fp, code, msg, headers, new_url)
+
     request = urllib.request.Request(url, data=data, headers=headers)
     host = urlsplit(url).hostname or ""
-    # No proxy for this machine's own servers (the SDK's proxy settings need not be urllib's).
-    handlers = [urllib.request.ProxyHandler({})] if is_loopback(host) else []
+    handlers = [SameOriginRedirects()]
+    if is_loopback(host):  # no proxy for this machine's own servers (the SDK's proxy settings
+        handlers.append(urllib.request.ProxyHandler({}))  # need not be urllib's)
     try:
         with urllib.request.build_opener(*handlers).open(request, timeout=timeout) as response:
             if response.status != 200:
@@ -177,6 +187,14 @@ def api_root(base_url: str) -> str:
 def is_deepseek(base_url: str) -> bool:
     host = (urlsplit(base_url).hostname or "").lower()
     return host == "deepseek.com" or host.endswith(".deepseek.com")
+
+
+def origin(url: str) -> tuple[str, str, int | None]:
+    """A URL's scheme, host and port (the default port of its scheme if it names none)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme)
+    return scheme, (parts.hostname or "").lower(), port
 
 
 def is_loopback(host: str) -> bool:

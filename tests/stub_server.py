@@ -157,7 +157,9 @@ def check_messages(messages: object, served: list[dict], previous: list | None) 
             if len(set(ids)) != len(ids):
                 problems.append(f"message {index}: duplicate tool call ids {ids}")
             pending = ids
-            if assistants < len(served):
+            # A reply the server served comes back with its text; a note the agent wrote
+            # itself (a turn that got no reply) is no served reply, and is passed over.
+            if assistants < len(served) and same_text(message, served[assistants]):
                 sent_back = served[assistants]
                 for name in ("reasoning_content", "reasoning"):  # DeepSeek's name, vLLM's name
                     if name in sent_back and message.get(name) != sent_back[name]:
@@ -165,10 +167,30 @@ def check_messages(messages: object, served: list[dict], previous: list | None) 
                             f"Missing `{name}` field in the assistant message at message "
                             f"index {index} (it must be passed back as it was sent)"
                         )
-            assistants += 1
+                assistants += 1
+            elif assistants >= len(served):
+                assistants += 1
     if pending:
         problems.append(f"the last tool calls {pending} were not answered")
     return problems
+
+
+def same_text(message: dict, served: dict) -> bool:
+    """Whether an assistant message of a request is the served reply (its text, "" for null)."""
+    return (message.get("content") or "") == (served.get("content") or "")
+
+
+def alternation_problems(messages: object) -> list[str]:
+    """What a server with strict turns (Gemma's chat template) refuses: two user messages in a
+    row."""
+    if not isinstance(messages, list):
+        return []
+    roles = [message.get("role") for message in messages if isinstance(message, dict)]
+    return [
+        f"message {index}: Conversation roles must alternate user/assistant/user/assistant/..."
+        for index in range(1, len(roles))
+        if roles[index] == roles[index - 1] == "user"
+    ]
 
 
 def check_arguments(messages: list) -> list[str]:
@@ -217,6 +239,7 @@ class StubServer:
         trained: int | None = None,
         compactions_allowed: bool = False,
         model: str = "deepseek-flash",
+        strict_turns: bool = False,
     ) -> None:
         """window: the context window in tokens (None: no window, no window endpoint).
         ollama_truncates: Ollama cuts a long prompt silently (its default); False: it answers
@@ -227,7 +250,9 @@ class StubServer:
         without num_ctx, it plays Ollama run with its default window, which the agent cannot
         learn (the server then cuts the conversation silently).
         compactions_allowed: a request may start a new prefix (see the module's docstring).
-        model: the id the model lists give (vLLM, LM Studio)."""
+        model: the id the model lists give (vLLM, LM Studio).
+        strict_turns: refuse two user messages in a row, in the conversation and in side
+        requests, as Gemma's chat template does (a problem: the agent must not send that)."""
         assert server in SERVERS, server
         self.server = server
         self.window = window
@@ -236,6 +261,7 @@ class StubServer:
         self.trained = trained
         self.compactions_allowed = compactions_allowed
         self.model = model
+        self.strict_turns = strict_turns
         self.probes: list[dict] = []  # every window-endpoint request: method, path, headers
         self.compactions: list[int] = []  # the numbers (from 1) of requests that began anew
         self.side_requests: list[dict] = []  # requests without tools (summaries), not in the
@@ -296,6 +322,8 @@ class StubServer:
             self.requests.append(request)
             served = self.served[self.served_from :]
             problems = check_messages(request.get("messages"), served, previous)
+            if self.strict_turns:
+                problems += alternation_problems(request.get("messages"))
             self.sent.append(sent_messages(body))
             if restart:
                 problems += restart if isinstance(restart, list) else []
@@ -377,6 +405,8 @@ class StubServer:
         from the script, outside the conversation's sequence. Called with the lock held."""
         self.side_requests.append(request)
         problems = check_messages(request.get("messages"), [], None)
+        if self.strict_turns:
+            problems += alternation_problems(request.get("messages"))
         if not request.get("model"):
             problems.append("the request has no model")
         counted = prompt_tokens(request)

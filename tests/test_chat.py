@@ -31,6 +31,7 @@ from openai import OpenAI
 from stub_server import StubServer
 
 from minimal_agent import errors
+from minimal_agent.session import NO_REPLY
 from minimal_agent.transcripts import check_conversation, transcript_lines
 
 
@@ -173,6 +174,7 @@ def test_ctrl_c_while_the_model_is_asked_cancels_the_turn_and_the_prompt_comes_b
     assert server.problems == []
     assert [(m["role"], m["content"]) for m in server.requests[-1]["messages"][1:]] == [
         ("user", "think hard"),
+        ("assistant", NO_REPLY),  # so that two user messages never follow each other
         ("user", "never mind"),
     ]  # nothing of the cancelled request's reply is kept
 

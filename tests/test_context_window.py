@@ -423,11 +423,20 @@ def test_the_summary_conversation():
     head, older, tail = cw.summary_split(conversation(3, turns=2))
     compacted = cw.summary_conversation(head, "<think>hmm</think>\nWe read three parts.", tail)
     assert compacted[0] is SYSTEM
+    # The tail begins with the user's message: the summary goes before its text, so that no
+    # two user messages follow each other (Gemma's template refuses that).
+    assert tail[0]["role"] == "user"
     assert compacted[1]["role"] == "user"
-    assert compacted[1]["content"].startswith(cw.SUMMARY_HEADING)
-    assert compacted[1]["content"].endswith("We read three parts.")
-    assert all(a is b for a, b in zip(compacted[2:], tail, strict=True))
+    summary, latest = compacted[1]["content"].split(f"\n\n{cw.SUMMARY_END}\n\n")
+    assert summary.startswith(cw.SUMMARY_HEADING)
+    assert summary.endswith("We read three parts.")
+    assert latest == tail[0]["content"]
+    assert all(a is b for a, b in zip(compacted[2:], tail[1:], strict=True))
     assert valid(compacted) == []
+    # A tail that begins with a reply keeps the summary as a message of its own.
+    alone = cw.summary_conversation(head, "We read three parts.", tail[1:])
+    assert alone[1]["role"] == "user" and alone[1]["content"].endswith("We read three parts.")
+    assert all(a is b for a, b in zip(alone[2:], tail[1:], strict=True))
     for empty in ("", "  ", "<think>only thinking"):
         with pytest.raises(ValueError, match="empty"):
             cw.summary_conversation(head, empty, tail)
@@ -548,7 +557,7 @@ def test_a_summary_when_tool_results_are_not_enough():
     assert view[0] is messages[0]
     assert view[1]["content"].startswith(cw.SUMMARY_HEADING)
     last_user = max(i for i, m in enumerate(messages) if m["role"] == "user")
-    assert view[2] is messages[last_user]
+    assert view[1]["content"].endswith(f"{cw.SUMMARY_END}\n\n{messages[last_user]['content']}")
     assert view[-1] is messages[-1] and view[-2] is messages[-2]  # the latest step whole
     assert record["tokens_after"] <= window.target
     assert record["covers"] == len(messages)

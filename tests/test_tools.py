@@ -119,7 +119,7 @@ def test_a_new_file_gets_the_usual_permissions(tools):
 def test_a_failed_write_leaves_the_old_file_whole(tools, monkeypatch):
     (tools / "keep.txt").write_text("original")
 
-    def crash(*args):
+    def crash(*args, **options):
         raise OSError("disk full")
 
     monkeypatch.setattr(agent.os, "replace", crash)
