@@ -17,12 +17,11 @@ only, the same on Windows, macOS and Linux.
 from __future__ import annotations
 
 import contextlib
-import hashlib
+import io
 import json
 import os
 import stat
 from pathlib import Path
-from typing import BinaryIO
 
 from minimal_agent import display
 
@@ -55,7 +54,7 @@ class Blobs:
     def __init__(self, folder: Path, into: str = KEPT) -> None:
         self.folder, self.into = folder, into  # into: where add() puts a new content
         self.where: dict[str, tuple[str, int, int]] = {}  # hash -> (file, offset, size)
-        self.files: dict[str, BinaryIO] = {}
+        self.files: dict[str, io.BufferedIOBase] = {}
         if into == SEEN:
             (folder / SEEN).unlink(missing_ok=True)
         try:
@@ -100,6 +99,8 @@ class Blobs:
 
 
 def hash_of(data: bytes) -> str:
+    import hashlib  # here: OpenSSL's 3 ms of loading would slow every start, --help's too
+
     return hashlib.blake2b(data, digest_size=20).hexdigest()
 
 
