@@ -319,5 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     return cli.main(sys.modules[__name__], argv)
 
 
+def command() -> int:
+    """The installed `minimal-agent` command (pyproject.toml): main() in the folder it is run
+    in, with the settings of the user's own config folder and the environment."""
+    return cli.main(sys.modules[__name__], installed=True)
+
+
 if __name__ == "__main__":
     sys.exit(main())

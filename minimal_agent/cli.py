@@ -26,16 +26,20 @@ DEMO_TASK = (
 EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
 
 
-def main(lesson, argv: list[str] | None = None) -> int:
+def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> int:
     """python agent.py [options] [TASK ...]; returns the exit code (see the README).
 
     lesson is agent.py's module, handed over by agent.main(): its settings, Workspace,
     check_tools(), run() and chat(), and the model_client it takes its client from. argv None:
-    called as the program, from the command line's own arguments."""
+    called as the program, from the command line's own arguments. installed: the
+    `minimal-agent` command (agent.command()), which works in the current folder and reads the
+    user's own config file, never one in the project folder or beside the installed code."""
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    parser = build_parser(lesson)
+    if installed:
+        lesson.model_client.CONFIG_FILE = str(sessions.config_file())
+    parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     if args.show:
         return show_transcript(args.show)
@@ -102,10 +106,11 @@ def main(lesson, argv: list[str] | None = None) -> int:
     return EXIT_CODES[result["stop_reason"]]
 
 
-def build_parser(lesson) -> argparse.ArgumentParser:
+def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
+    config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
     parser = argparse.ArgumentParser(
-        prog="agent.py",
+        prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
         formatter_class=HelpFormatter,
         description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
@@ -113,15 +118,20 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         "or on a terminal runs the lesson's demo task. Every conversation is saved, so it can "
         "be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
-        "4 the answer is cut off or empty, 130 interrupted. Settings (config.env beside "
-        "agent.py, or the environment): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
+        f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
+        "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT; see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
     add("--version", action="version", version=f"%(prog)s {VERSION}")
-    add("--workdir", default=lesson.WORKDIR, help="folder the tools act in (default: %(default)s)")
+    add(
+        "--workdir",
+        default=os.getcwd() if installed else lesson.WORKDIR,
+        help="folder the tools act in (default: "
+        + ("the current folder)" if installed else "%(default)s)"),
+    )
     add("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
     add(
         "--max-steps",

@@ -1,6 +1,6 @@
 """Sessions: every conversation kept as a transcript in a per-user folder, the recent ones
 listed (--sessions), one found again (--continue, --resume), and each transcript written by one
-agent at a time.
+agent at a time; and the per-user folder of the installed command's settings.
 
 A transcript is JSON Lines: a line with "role" is a message, a line with "event" is the agent's
 bookkeeping ({"event": "session", ...} first, {"event": "usage", ...} after each reply). The
@@ -71,6 +71,24 @@ def sessions_dir(env: Mapping[str, str] | None = None) -> Path:
         # The XDG spec: a relative path is invalid and is ignored.
         base = Path(state) if os.path.isabs(state) else _home(env) / ".local" / "state"
     return base / APP / "sessions"
+
+
+def config_file(env: Mapping[str, str] | None = None) -> Path:
+    """The settings file of the installed `minimal-agent` command, in the user's own config
+    folder (never the project folder, whose config.env anyone could have written): on Linux
+    (and other POSIX systems) $XDG_CONFIG_HOME/minimal-agent/config.env (~/.config when unset
+    or relative), on macOS ~/Library/Application Support/minimal-agent/config.env, on Windows
+    %APPDATA%\\minimal-agent\\config.env. env: the settings (os.environ when None)."""
+    env = os.environ if env is None else env
+    if sys.platform == "win32":
+        roaming = env.get("APPDATA", "").strip()
+        base = Path(roaming) if roaming else _home(env) / "AppData" / "Roaming"
+    elif sys.platform == "darwin":
+        base = _home(env) / "Library" / "Application Support"
+    else:
+        chosen = env.get("XDG_CONFIG_HOME", "").strip()
+        base = Path(chosen) if os.path.isabs(chosen) else _home(env) / ".config"
+    return base / APP / "config.env"
 
 
 def _home(env: Mapping[str, str]) -> Path:
