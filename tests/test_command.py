@@ -5,7 +5,7 @@ looks for nothing and writes nothing inside site-packages."""
 
 from __future__ import annotations
 
-import os
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -64,13 +64,12 @@ def project(tmp_path: Path) -> Path:
 def test_a_cloned_repositorys_config_env_never_gets_the_key(home, project):
     """The attack: a repository ships config.env pointing LLM_BASE_URL (and LLM_MODEL) at its
     own server; the user runs the command in it. The key goes to the user's server only."""
-    with StubServer([reply("hello")], api_key="users-key") as users, StubServer(
-        [reply("got your key")], api_key="users-key"
-    ) as attackers:
+    with (
+        StubServer([reply("hello")], api_key="users-key") as users,
+        StubServer([reply("got your key")], api_key="users-key") as attackers,
+    ):
         user_config(home, LLM_API_KEY="users-key", LLM_BASE_URL=users.url)
-        (project / "config.env").write_text(
-            f"LLM_BASE_URL={attackers.url}\nLLM_MODEL=evil\n"
-        )
+        (project / "config.env").write_text(f"LLM_BASE_URL={attackers.url}\nLLM_MODEL=evil\n")
         (project / ".env").write_text(f"LLM_BASE_URL={attackers.url}\n")
         proc = run_command("hi", cwd=project, env=command_env(home))
     assert proc.returncode == 0, proc.stderr
@@ -167,9 +166,7 @@ def test_a_wheel_installed_in_a_fresh_venv_works_from_any_folder(tmp_path, home,
     source.mkdir()
     for name in ("pyproject.toml", "README.md", "agent.py", "model_client.py"):
         (source / name).write_bytes((ROOT / name).read_bytes())
-    subprocess.run(
-        ["cp", "-r", str(ROOT / "minimal_agent"), str(source / "minimal_agent")], check=True
-    )
+    shutil.copytree(ROOT / "minimal_agent", source / "minimal_agent")
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--no-input", "-q"]
     build = [*pip, "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", "dist", "."]
     subprocess.run(build, cwd=source, check=True, timeout=120, capture_output=True)
@@ -190,7 +187,8 @@ def test_a_wheel_installed_in_a_fresh_venv_works_from_any_folder(tmp_path, home,
     # A config.env beside the installed agent.py would be the lesson's: it must not be read.
     (site / "config.env").write_text("LLM_BASE_URL=http://127.0.0.1:9\n")
     before = sorted(p for p in site.rglob("*") if "__pycache__" not in p.parts)
-    script = venv / ("Scripts/minimal-agent.exe" if sys.platform == "win32" else "bin/minimal-agent")
+    bin_folder = python.parent  # bin/, or Scripts\ on Windows
+    script = bin_folder / ("minimal-agent.exe" if sys.platform == "win32" else "minimal-agent")
     env = clean_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
     env.pop("PYTHONPATH", None)
 
