@@ -42,7 +42,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     if args.show:
-        return show_transcript(args.show)
+        return until_the_reader_stops(show_transcript, args.show)
     agent, model_client = lesson, lesson.model_client
     processes.exit_on_termination()
     config: dict = {}  # for the error hints, whatever fails first
@@ -50,7 +50,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     try:
         config = model_client.load_config()
         if args.sessions:
-            return list_sessions(config)
+            return until_the_reader_stops(list_sessions, config)
         agent.check_tools()
         check_options(parser, args, model_client.odd_character)
         check_paths(args)
@@ -451,6 +451,19 @@ def list_sessions(config: dict) -> int:
     for line in sessions.sessions_report(sessions_folder(config)):
         print(line)
     return 0
+
+
+def until_the_reader_stops(show, *args) -> int:
+    """show(*args), printing on stdout; a reader that has had enough (`--sessions | head -1`)
+    ends it quietly, with exit code 0, as it ends `ls | head -1`."""
+    try:
+        code = show(*args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Else Python's exit flushes the rest into the closed pipe again, and says so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def sessions_folder(config: dict):
