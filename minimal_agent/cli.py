@@ -74,18 +74,14 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         )
     except KeyboardInterrupt:
         display.say("interrupted")
-        return 130
+        return stopped(session, args, 130)
     except AgentError as error:
         display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
-        if session and type(error).__name__ == "BudgetReached":
-            display.say(session.counts(session.total))
-            session.close()
-            say_where_saved(session, args)
-            return EXIT_CODES["budget"]
-        return 1
+        budget = type(error).__name__ == "BudgetReached"
+        return stopped(session, args, EXIT_CODES["budget"] if budget else 1)
     except OSError as error:
         display.say(f"error: {error}")
-        return 1
+        return stopped(session, args, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
         display.say(f"error: {missing_package(error)}")
         return 1
@@ -98,7 +94,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         if message is None:
             return report_bug(save)
         display.say(f"error: {message}")
-        return 1
+        return stopped(session, args, 1)
     finally:
         if session:
             session.close()
@@ -437,6 +433,14 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
         raise AgentError(f"{path}: {error}") from None
     display.say(f"continuing the conversation in {path} ({len(history)} messages)")
     return str(path), history, compaction
+
+
+def stopped(session: Session | None, args: argparse.Namespace, exit_code: int) -> int:
+    """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
+    and how to go on are said, as after a run that ended well; returns exit_code."""
+    if session and session.stopped(args.chat):
+        say_where_saved(session, args)
+    return exit_code
 
 
 def say_where_saved(session, args: argparse.Namespace) -> None:

@@ -11,7 +11,12 @@ from minimal_agent import completions, cost, display, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
-from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_calls
+from minimal_agent.transcripts import (
+    Conversation,
+    Transcript,
+    answers_to_open_calls,
+    open_calls,
+)
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
 AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
@@ -61,6 +66,7 @@ class Session:
         self.turn = new_totals()
         self.turns = self.cancelled = 0
         self.turn_start = 0  # where the current turn's messages begin
+        self.in_turn = False  # a turn began and its tool calls are not counted yet
 
     def start(self, task: str) -> Conversation:
         """Begin a turn: the conversation (a new one: the system prompt first), any calls a
@@ -77,6 +83,7 @@ class Session:
         if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
             messages.append({"role": "user", "content": task})
         self.turn, self.turn_start = new_totals(), len(messages)
+        self.in_turn = True
         return messages
 
     def with_agents_file(self) -> str:
@@ -220,12 +227,32 @@ class Session:
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
-        turn_messages = self.messages[self.turn_start :]
-        self.turn["tool_calls"] = sum(1 for m in turn_messages if m["role"] == "tool")
-        self.total["tool_calls"] += self.turn["tool_calls"]
+        self.count_tool_calls()
         self.turns += 1
         display.say(self.counts(self.turn))
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
+
+    def count_tool_calls(self) -> None:
+        """The turn's tool calls added to its totals and the session's, once: each call whose
+        result came back, and the one that was running when the turn was cut short."""
+        if not self.in_turn:
+            return
+        self.in_turn = False
+        turn_messages = self.messages[self.turn_start :]
+        results = sum(1 for m in turn_messages if m["role"] == "tool")
+        self.turn["tool_calls"] = results + (1 if open_calls(turn_messages) else 0)
+        self.total["tool_calls"] += self.turn["tool_calls"]
+
+    def stopped(self, chat: bool) -> bool:
+        """A run or a --chat session cut short (Ctrl-C, an error, the budget): once a reply
+        was paid for, its totals are said as at a normal end (True); else nothing (False)."""
+        if self.in_turn and chat:
+            self.cancelled += 1
+        self.count_tool_calls()
+        if not any(self.total["usage"].values()):  # no reply from a model (--replay's are not)
+            return False
+        display.say(self.session_line() if chat else self.counts(self.total))
+        return True
 
     def counts(self, totals: dict) -> str:
         usage = totals["usage"]
@@ -239,6 +266,7 @@ class Session:
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
+        self.count_tool_calls()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
         self.cancelled += 1
@@ -246,10 +274,13 @@ class Session:
 
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""
-        cancelled = f" (and {self.cancelled} cancelled)" if self.cancelled else ""
-        display.say(f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}")
+        display.say(self.session_line())
         totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
         return {**result, "messages": self.messages, **totals}
+
+    def session_line(self) -> str:
+        cancelled = f" (and {self.cancelled} cancelled)" if self.cancelled else ""
+        return f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}"
 
     def close(self) -> None:
         if self.transcript:

@@ -6,17 +6,15 @@ the stub server on 127.0.0.1."""
 from __future__ import annotations
 
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pexpect
 import pytest
-from conftest import ROOT, finish, on_a_terminal, run_in_process, saved_messages, stub_env
+from conftest import ROOT, finish, on_a_terminal, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
-from stub_server import Fail, Streamed, StubServer
-
-import agent
+from stub_server import Billed, Fail, StubServer
 
 OLD_ID = "20261204-113000-ab12"  # an ID as the agent gave them before this issue
 
@@ -86,3 +84,102 @@ def test_sessions_into_a_pipe_closed_early_ends_quietly(workdir, sessions):
     )  # fmt: skip
     assert head.stdout.split() == "ID last change turns cost workdir first task".split()
     assert head.stderr == ""
+
+
+# --- The totals, however a run ends -----------------------------------------------------------
+
+BROKEN = [Fail(500, "Internal error", {"retry-after-ms": "10"})] * 3  # each of the SDK's tries
+
+
+def read(call_id: str) -> dict:
+    return reply(None, tool_call("read_file", {"path": "notes.txt"}, call_id), reasoning="")
+
+
+def spawn_in(server, sessions: Path, *args: str) -> pexpect.spawn:
+    """The agent on a pseudo-terminal (so the "go on" line is said), its sessions folder given."""
+    return pexpect.spawn(
+        sys.executable, [str(ROOT / "agent.py"), *args], cwd=str(ROOT / "tests"),
+        env=stub_env(server, LLM_SESSIONS_DIR=str(sessions)), encoding="utf-8", timeout=30,
+        dimensions=(40, 200),
+    )  # fmt: skip
+
+
+def saved_id(sessions: Path) -> str:
+    (transcript,) = sessions.glob("*.jsonl")
+    return transcript.stem
+
+
+@pytest.fixture
+def notes(workdir: Path) -> Path:
+    (workdir / "notes.txt").write_text("a note")
+    return workdir
+
+
+def test_an_error_after_paid_replies_still_gives_the_totals(notes, sessions):
+    with StubServer([read("c1"), read("c2"), *BROKEN]) as server:
+        proc = run(server, notes, sessions, "read it twice")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-2].startswith("error: the server answered 500 (Internal error)")
+    assert lines[-1].startswith("steps 2, tool calls 2, prompt tokens ")
+
+
+@on_a_terminal
+def test_after_an_error_on_a_terminal_the_go_on_line_follows(notes, sessions):
+    with StubServer([read("c1"), *BROKEN]) as server:
+        child = spawn_in(server, sessions, "--workdir", str(notes), "read it")
+        child.expect_exact("error: the server answered 500")
+        child.expect_exact("steps 1, tool calls 1, prompt tokens ")
+        child.expect(r"saved as (\w+): go on with -c \(the latest here\) or -r (\w+)")
+        assert child.match.group(1) == child.match.group(2) == saved_id(sessions)
+        assert finish(child) == 1
+
+
+@on_a_terminal
+def test_ctrl_c_during_a_command_gives_the_totals_with_the_running_call(notes, sessions):
+    run_shell = tool_call("run_shell", {"command": "touch started; sleep 60"}, "c2")
+    with StubServer([read("c1"), reply(None, run_shell, reasoning="")]) as server:
+        child = spawn_in(server, sessions, "--workdir", str(notes), "--yes", "read, then wait")
+        wait_for(lambda: (notes / "started").exists())
+        child.sendintr()
+        child.expect_exact("interrupted")
+        child.expect_exact("steps 2, tool calls 2, prompt tokens ")
+        child.expect_exact(f"saved as {saved_id(sessions)}: go on with -c")
+        assert finish(child) == 130
+
+
+@on_a_terminal
+def test_ctrl_c_at_the_chat_prompt_gives_the_sessions_totals(notes, sessions):
+    with StubServer([read("c1"), reply("first answer")]) as server:
+        child = spawn_in(server, sessions, "--workdir", str(notes), "--chat", "read it")
+        child.expect_exact("first answer")
+        child.expect_exact("> ")
+        child.sendintr()
+        child.expect_exact("session: turns 1, steps 2, tool calls 1, prompt tokens ")
+        child.expect_exact(f"saved as {saved_id(sessions)}: go on with -c")
+        assert finish(child) == 130
+
+
+def test_a_chat_ended_by_an_error_counts_its_turns(notes, sessions):
+    script = [reply("one"), read("c1"), *BROKEN]
+    with StubServer(script) as server:
+        proc = run(server, notes, sessions, "--chat", "first", stdin="second\n")
+    assert proc.returncode == 1 and proc.stdout == "one\n"
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("session: turns 1 (and 1 cancelled), steps 2, tool calls 1, ")
+
+
+def test_the_budget_stop_counts_the_turns_tool_calls(notes, sessions):
+    billed = [Billed(read(f"c{n}"), created=1_796_000_000, miss=200_000) for n in (1, 2)]
+    with StubServer(billed) as server:
+        proc = run(server, notes, sessions, "--max-cost", "0.01", "read it twice")
+    assert proc.returncode == 3, proc.stderr
+    assert len(server.requests) == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("steps 1, tool calls 1, ")
+
+
+def test_nothing_paid_for_no_totals(notes, sessions):
+    with StubServer([Fail(401, "Authentication Fails")]) as server:
+        proc = run(server, notes, sessions, "hi")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: the server answered 401")
