@@ -14,7 +14,7 @@ import pexpect
 import pytest
 from conftest import ROOT, finish, on_a_terminal, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
-from stub_server import Billed, Fail, StubServer
+from stub_server import Billed, Fail, Streamed, StubServer
 
 OLD_ID = "20261204-113000-ab12"  # an ID as the agent gave them before this issue
 
@@ -183,3 +183,30 @@ def test_nothing_paid_for_no_totals(notes, sessions):
         proc = run(server, notes, sessions, "hi")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: the server answered 401")
+
+
+# --- A broken stream is asked again once -------------------------------------------------------
+
+
+@pytest.mark.parametrize("end", ["cut", "drop", "error"])
+def test_a_broken_stream_is_asked_again_once_and_nothing_of_it_is_kept(notes, sessions, end):
+    lost = tool_call("write_file", {"path": "lost.txt", "content": "no"}, "lost1")
+    kept = tool_call("write_file", {"path": "kept.txt", "content": "yes"}, "kept1")
+    script = [
+        Streamed(reply("Lost words.", lost, reasoning="Lost thinking."), end=end),
+        reply("Kept words.", kept, reasoning="Kept thinking."),
+        reply("done"),
+    ]
+    with StubServer(script) as server:
+        proc = run(server, notes, sessions, "--stream", "write it")
+    assert proc.returncode == 0, proc.stderr
+    assert server.problems == []
+    assert server.requests[1]["messages"] == server.requests[0]["messages"]  # the same request
+    assert len(server.requests) == 3
+    said = [line for line in proc.stderr.splitlines() if "asking again" in line]
+    assert len(said) == 1 and said[0].endswith("; asking again (nothing of that one is kept)")
+    assert not (notes / "lost.txt").exists() and (notes / "kept.txt").read_text() == "yes"
+    (transcript,) = sessions.glob("*.jsonl")
+    text = transcript.read_text()
+    assert "Lost" not in text and "lost1" not in text and "Kept thinking." in text
+    assert "steps 2, tool calls 1, " in proc.stderr  # the broken attempt is no step
