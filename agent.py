@@ -240,10 +240,10 @@ def chat(
 ) -> dict:
     """--chat: run() for each message, in one conversation, until an empty message.
 
-    Each turn has its own step budget and totals line. "/compact" compacts the conversation
-    instead of being sent. Ctrl-C during a turn cancels that turn only (run_shell has killed
-    its command by then); Ctrl-C at the prompt ends the session. Returns the last finished
-    turn's result, with the session's totals.
+    Each turn has its own step budget and totals line. "/compact", "/think on|off" and
+    "/effort low|high|max" are done instead of sent (Session.chat_command). Ctrl-C during a
+    turn cancels that turn only (run_shell has killed its command by then); Ctrl-C at the
+    prompt ends the session. Returns the last finished turn's result, with the session's totals.
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
@@ -252,9 +252,7 @@ def chat(
     display.chat_hint()
     message = task or display.next_message()
     while message:
-        if message == "/compact":
-            session.compact_now(client, model)
-        else:
+        if not session.chat_command(message, client, model):
             try:
                 result = run(message, client, model=model, max_steps=max_steps, session=session)
             except KeyboardInterrupt:

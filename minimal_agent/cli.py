@@ -9,13 +9,13 @@ import argparse
 import os
 import sys
 
-from minimal_agent import cost, display, processes, sessions
+from minimal_agent import completions, cost, display, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, describe_api_error
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
-from minimal_agent.window_probe import find_window
+from minimal_agent.window_probe import find_window, is_deepseek
 
 VERSION = "0.2.0"  # pyproject.toml's version
 PYTHON = "python" if sys.platform == "win32" else "python3"  # the interpreter's name on PATH
@@ -61,6 +61,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
+            check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
         if args.sandbox:
             processes.check_sandbox(args.workdir)
@@ -90,6 +91,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             raise
         save = session and session.transcript and session.transcript.path
         context = {"model": args.model or config.get("model"), "save": save}
+        context["sent"] = session.limits if session else {}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
             return report_bug(save)
@@ -117,7 +119,8 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
-        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT; see the README.",
+        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_THINKING, LLM_EFFORT; see the "
+        "README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
@@ -149,6 +152,17 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         metavar="N",
         help="ask the server to end each reply after N tokens (default: LLM_MAX_TOKENS, else "
         "the server's own limit)",
+    )
+    add(
+        "--thinking",
+        choices=("on", "off"),
+        help="DeepSeek's thinking: off for a quicker, cheaper answer (default: LLM_THINKING, "
+        "else the server's own: on for DeepSeek)",
+    )
+    add(
+        "--effort",
+        choices=completions.EFFORTS,
+        help="how hard DeepSeek thinks (default: LLM_EFFORT, else the server's own: high)",
     )
     add(
         "--request-timeout",
@@ -183,7 +197,8 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         action="store_true",
         help="after each answer take a follow-up in the same conversation: typed at a '> ' "
         "prompt on a terminal, else the next line of stdin; an empty line or end of input "
-        "ends the session; /compact compacts the conversation",
+        "ends the session; /compact compacts the conversation, /think on|off and /effort "
+        "low|high|max switch thinking",
     )
     add(
         "-c",
@@ -312,6 +327,14 @@ def check_budget(
         parser.error(no_price(model, "--max-cost"))
 
 
+def check_retired(model: str, config: dict) -> None:
+    """A model DeepSeek retired, asked of DeepSeek's API: one line naming what replaced it,
+    before the request it would refuse. (Another server may still serve it by that name.)"""
+    retired = models.retirement(model)
+    if retired and is_deepseek(config["base_url"]):
+        raise AgentError(retired)
+
+
 def no_price(model: str, budget: str) -> str:
     return (
         f"{budget} needs the model's price, and {model} has none known: set LLM_PRICE_INPUT and "
@@ -387,6 +410,8 @@ def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> S
         stream=streaming(args),
         raw=args.raw,
         max_tokens=max_tokens,
+        thinking=args.thinking or choice_setting(config, "LLM_THINKING", ("on", "off")),
+        effort=args.effort or choice_setting(config, "LLM_EFFORT", completions.EFFORTS),
         prices=prices,
         max_cost=max_cost,
         window=window,
@@ -496,6 +521,14 @@ def streaming(args: argparse.Namespace) -> bool:
     if args.replay:
         return False  # a saved reply has nothing to stream
     return sys.stderr.isatty() if args.stream is None else args.stream
+
+
+def choice_setting(config: dict, name: str, choices: tuple[str, ...]) -> str | None:
+    """A setting that is one of choices (case ignored), or None when it is not set."""
+    text = (config.get(name) or "").lower()
+    if text and text not in choices:
+        raise AgentError(f"{name} must be {' or '.join(choices)}, not {config[name]!r}")
+    return text or None
 
 
 def max_tokens_setting(config: dict) -> int | None:

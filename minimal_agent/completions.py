@@ -32,6 +32,22 @@ def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=say,
     return resp
 
 
+EFFORTS = ("low", "high", "max")  # DeepSeek's reasoning_effort values (high is its default)
+
+
+def thinking_options(thinking: str | None, effort: str | None) -> dict:
+    """The request's parameters for DeepSeek's thinking switch ("on", "off") and effort, as its
+    API documents them, and only those the user set: thinking {"type": ...} (sent by the SDK's
+    extra_body) and reasoning_effort; none with thinking off, which has no effort."""
+    options: dict = {}
+    if thinking:
+        switch = {"type": "enabled" if thinking == "on" else "disabled"}
+        options["extra_body"] = {"thinking": switch}
+    if effort and thinking != "off":
+        options["reasoning_effort"] = effort
+    return options
+
+
 def with_empty_content(messages: list[dict]) -> list[dict]:
     """The messages with assistant content null sent as "" (Ollama's /v1 rejects null)."""
     return [

@@ -47,6 +47,8 @@ class Session:
         stream: bool = False,
         raw: bool = False,
         max_tokens: int | None = None,
+        thinking: str | None = None,
+        effort: str | None = None,
         prices=None,
         max_cost: float | None = None,
         window=None,
@@ -59,7 +61,8 @@ class Session:
         # with the others at the start, before a --chat prompt asks for the first message.
         self.system_message = None if history else self.with_agents_file()
         self.stream, self.raw = stream, raw
-        self.limits = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own
+        self.max_tokens = max_tokens  # unset: the server's own limit
+        self.thinking, self.effort = thinking, effort  # "on"/"off", EFFORTS; unset: the server's
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
         self.prices, self.max_cost, self.window = prices, max_cost, window
         self.total = new_totals()  # the session's, over every turn that ran
@@ -67,6 +70,13 @@ class Session:
         self.turns = self.cancelled = 0
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
+
+    @property
+    def limits(self) -> dict:
+        """What each request adds to model, tools and messages: max_tokens, and the thinking
+        switch and effort (completions.thinking_options), each only when set."""
+        limits = {"max_tokens": self.max_tokens} if self.max_tokens else {}
+        return {**limits, **completions.thinking_options(self.thinking, self.effort)}
 
     def start(self, task: str) -> Conversation:
         """Begin a turn: the conversation (a new one: the system prompt first), any calls a
@@ -141,6 +151,27 @@ class Session:
         if not self.keep(record):
             display.say("context: nothing in the conversation can be compacted any further")
         return record is not None
+
+    def chat_command(self, message: str, client, model: str) -> bool:
+        """A --chat message that is a command, done instead of sent: /compact, /think on|off,
+        /effort low|high|max (from the next turn on). False: a message for the model."""
+        word, _, value = message.partition(" ")
+        value = value.strip().lower()
+        if message == "/compact":
+            self.compact_now(client, model)
+        elif word == "/think" and value in ("on", "off"):
+            self.thinking = value
+            display.say(f"thinking: {value} from the next message on")
+        elif word == "/effort" and value in completions.EFFORTS:
+            self.effort = value
+            off = " (while thinking is off, it has none)" if self.thinking == "off" else ""
+            display.say(f"effort: {value} from the next message on{off}")
+        elif word in ("/think", "/effort"):
+            takes = "on or off" if word == "/think" else ", ".join(completions.EFFORTS)
+            display.say(f"{word} takes {takes}; nothing was sent")
+        else:
+            return False
+        return True
 
     def compact_now(self, client, model: str) -> None:
         """/compact in --chat: compact everything said so far, now."""
