@@ -22,20 +22,27 @@ from minimal_agent import sessions
 COMMAND = [sys.executable, "-c", "import sys, agent; sys.exit(agent.command())"]
 
 
+def command_env(home: Path, **settings: str) -> dict[str, str]:
+    """No LLM_ setting in the environment but the sessions folder; home as the user's home and
+    config folders on every system; the project on PYTHONPATH, as an install puts it on
+    sys.path."""
+    env = clean_env(HOME=str(home), USERPROFILE=str(home), **settings)
+    env.update(XDG_CONFIG_HOME=str(home / ".config"), APPDATA=str(home / "AppData" / "Roaming"))
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
+def users_file(home: Path) -> Path:
+    """Where the command looks for the user's config.env on this system (see command_env)."""
+    return sessions.config_file(command_env(home))
+
+
 def user_config(home: Path, **settings: str) -> Path:
-    """The user's own config.env, under XDG_CONFIG_HOME=home/.config (Linux's place)."""
-    file = home / ".config" / "minimal-agent" / "config.env"
+    """The user's own config.env, with settings."""
+    file = users_file(home)
     file.parent.mkdir(parents=True, exist_ok=True)
     file.write_text("".join(f"{name}={value}\n" for name, value in settings.items()))
     return file
-
-
-def command_env(home: Path, **settings: str) -> dict[str, str]:
-    """No LLM_ setting in the environment but the sessions folder; home as HOME and its
-    .config as XDG_CONFIG_HOME; the project on PYTHONPATH, as an install puts it on sys.path."""
-    env = clean_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), **settings)
-    env["PYTHONPATH"] = str(ROOT)
-    return env
 
 
 def run_command(*args: str, cwd: Path, env: dict, stdin: str = "") -> subprocess.CompletedProcess:
@@ -106,7 +113,7 @@ def test_the_environment_wins_over_the_users_config_file(home, project):
 def test_the_first_run_line_names_the_users_config_file(home, project):
     (project / "config.env").write_text("LLM_API_KEY=not-the-users\n")
     proc = run_command("hi", cwd=project, env=command_env(home))
-    expected = home / ".config" / "minimal-agent" / "config.env"
+    expected = users_file(home)
     assert proc.returncode == 1
     assert proc.stderr == (
         f"error: LLM_API_KEY is not set (found no {expected}): put your key after LLM_API_KEY= "
@@ -129,7 +136,7 @@ def test_help_says_where_the_settings_are_read_from(home, project):
     assert proc.returncode == 0
     flat = " ".join(proc.stdout.split())
     assert flat.startswith("usage: minimal-agent [options] [TASK ...]")
-    assert f"Settings ({home / '.config' / 'minimal-agent' / 'config.env'}, or the" in flat
+    assert f"Settings ({users_file(home)}, or the" in flat
     assert "default: the current folder" in flat
     lesson = subprocess.run(
         [sys.executable, str(ROOT / "agent.py"), "--help"], capture_output=True, text=True,
@@ -189,8 +196,8 @@ def test_a_wheel_installed_in_a_fresh_venv_works_from_any_folder(tmp_path, home,
     before = sorted(p for p in site.rglob("*") if "__pycache__" not in p.parts)
     bin_folder = python.parent  # bin/, or Scripts\ on Windows
     script = bin_folder / ("minimal-agent.exe" if sys.platform == "win32" else "minimal-agent")
-    env = clean_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"))
-    env.pop("PYTHONPATH", None)
+    env = command_env(home)
+    env.pop("PYTHONPATH")  # the installed copy only
 
     help_text = subprocess.run(
         [str(script), "--help"], cwd=project, env=env, capture_output=True, text=True, timeout=30
