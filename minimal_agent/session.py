@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from minimal_agent import completions, cost, display, sessions
+from minimal_agent import changes, completions, cost, diffs, display, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
@@ -56,6 +56,10 @@ class Session:
         self.workspace = workspace
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
+        # What each turn changes in the workdir, kept beside the transcript for --undo.
+        self.changes = None
+        if save:
+            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
         self.messages = Conversation(history or [], self.transcript)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.
@@ -91,7 +95,9 @@ class Session:
         # A turn the server refused (a full context, a wrong key), tried again with the same
         # words, is not added a second time.
         if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
-            messages.append({"role": "user", "content": task})
+            # After /undo or /redo the model is told which files are back as they were.
+            note = self.changes and self.changes.turn_begins(task)
+            messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         self.in_turn = True
         return messages
@@ -119,7 +125,8 @@ class Session:
     def ask(self, client, request: dict, messages: list[dict], step: int):
         """One model request for step: client.chat.completions.create(**request, messages=...),
         made once the budget allows it, with the conversation as the context window allows;
-        returns the ChatCompletion, its tokens and cost added up."""
+        returns the ChatCompletion, its tokens and cost added up. Before its calls run, the
+        workdir's state is recorded (minimal_agent/changes.py), for --undo."""
         self.check_budget()
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
@@ -131,7 +138,43 @@ class Session:
                 sent = self.window.view(messages)
                 resp = completions.ask(client, sent, request, self.quirks, display.say, show)
         self.note_reply(resp, sent)
+        calls = resp.choices[0].message.tool_calls
+        if self.changes and calls:
+            self.changes.step_begins([call.function.name for call in calls])
         return resp
+
+    def end_step(self) -> None:
+        """Record what the turn's last step changed in the workdir."""
+        if self.changes:
+            self.changes.step_ends()
+
+    def command(self, message: str, client, model: str) -> bool:
+        """--chat's commands: /compact, /undo, /redo (each may end with --force), /diff, and
+        /think on|off and /effort low|high|max (from the next turn on); False for a message
+        that is none of them, to be sent."""
+        name, *rest = message.split() or [""]
+        if name == "/compact" and not rest:
+            self.compact_now(client, model)
+        elif name in ("/undo", "/redo") and rest in ([], ["--force"]):
+            if not self.changes:
+                display.say(f"{name}: this conversation is not saved, so nothing was recorded")
+            else:
+                changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force")
+        elif name == "/diff" and not rest:
+            diffs.show_last_turn(self.changes.folder if self.changes else None)
+        elif name == "/think" and [word.lower() for word in rest] in (["on"], ["off"]):
+            self.thinking = rest[0].lower()
+            display.say(f"thinking: {self.thinking} from the next message on")
+        elif name == "/effort" and len(rest) == 1 and rest[0].lower() in completions.EFFORTS:
+            self.effort = rest[0].lower()
+            off = " (while thinking is off, it has none)" if self.thinking == "off" else ""
+            display.say(f"effort: {self.effort} from the next message on{off}")
+        elif name in ("/think", "/effort"):
+            takes = "on or off" if name == "/think" else ", ".join(completions.EFFORTS)
+            display.say(f"{name} takes {takes}; nothing was sent")
+        else:
+            return False
+        return True
 
     def within_window(self, client, request: dict, messages: list[dict]) -> list[dict]:
         """What to send: the conversation, compacted first if this request would pass the
@@ -151,27 +194,6 @@ class Session:
         if not self.keep(record):
             display.say("context: nothing in the conversation can be compacted any further")
         return record is not None
-
-    def chat_command(self, message: str, client, model: str) -> bool:
-        """A --chat message that is a command, done instead of sent: /compact, /think on|off,
-        /effort low|high|max (from the next turn on). False: a message for the model."""
-        word, _, value = message.partition(" ")
-        value = value.strip().lower()
-        if message == "/compact":
-            self.compact_now(client, model)
-        elif word == "/think" and value in ("on", "off"):
-            self.thinking = value
-            display.say(f"thinking: {value} from the next message on")
-        elif word == "/effort" and value in completions.EFFORTS:
-            self.effort = value
-            off = " (while thinking is off, it has none)" if self.thinking == "off" else ""
-            display.say(f"effort: {value} from the next message on{off}")
-        elif word in ("/think", "/effort"):
-            takes = "on or off" if word == "/think" else ", ".join(completions.EFFORTS)
-            display.say(f"{word} takes {takes}; nothing was sent")
-        else:
-            return False
-        return True
 
     def compact_now(self, client, model: str) -> None:
         """/compact in --chat: compact everything said so far, now."""
@@ -223,7 +245,8 @@ class Session:
         """Print the raw response (--raw), warn of a cut-off reply or of a server that cut the
         conversation, add up tokens and cost."""
         if self.raw:
-            display.say(resp.model_dump_json(indent=2))
+            for line in resp.model_dump_json(indent=2).split("\n"):
+                display.say(line)
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
             detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
             raise AgentError(f"the server's reply has no choices {detail}".rstrip())
@@ -239,8 +262,8 @@ class Session:
             if warning:  # it begins with "warning:" itself
                 display.say(warning)
             if self.window.size:  # one tool result never fills the window
-                limit = result_cap(self.window.size)
-                self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
+                ws = self.workspace
+                ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
@@ -258,6 +281,7 @@ class Session:
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
+        self.end_step()
         self.count_tool_calls()
         self.turns += 1
         display.say(self.counts(self.turn))
@@ -297,6 +321,7 @@ class Session:
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
+        self.end_step()
         self.count_tool_calls()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
@@ -314,6 +339,8 @@ class Session:
         return f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}"
 
     def close(self) -> None:
+        if self.changes:
+            self.changes.close()
         if self.transcript:
             self.transcript.close()
 

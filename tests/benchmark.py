@@ -28,6 +28,9 @@
     agent as the program against the same agent started through agent.main(argv), which leaves
     Python's last garbage collection of everything loaded (openai's models) to run at exit
     (target: median under 100 ms).
+(j) what recording each step's changes for --undo costs in a big project: a 10-step run whose
+    every step runs a shell command that appends to a file, in a workdir of 10,000 files (1 KB
+    each, in 100 folders) against the same run in an empty workdir (target: at most 2 s more).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -55,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghi"
+FIGURES = "abcdefghij"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -328,6 +331,27 @@ def exit_after_answer(rounds: int) -> tuple[float, float]:
     return statistics.median(times["program"]), statistics.median(times["main(argv)"])
 
 
+def big_workdir_cost(rounds: int, steps: int = 10, files: int = 10_000) -> tuple[float, float]:
+    """(j): medians of a run of shell steps in a workdir of files files and in an empty one."""
+    script = [
+        *(tool_step(n, "run_shell", {"command": f"echo {n}>> log.txt"}) for n in range(1, steps)),
+        {"role": "assistant", "content": "done", "reasoning_content": ""},
+    ]
+    with tempfile.TemporaryDirectory() as big, tempfile.TemporaryDirectory() as empty:
+        for number in range(files):
+            folder = Path(big, f"package{number % 100:02}")
+            folder.mkdir(exist_ok=True)
+            (folder / f"module{number}.py").write_text(f"value = {number}\n" + "# x\n" * 250)
+        times: dict[str, list[float]] = {big: [], empty: []}
+        for _ in range(rounds):
+            for work in (big, empty):
+                with StubServer(list(script), api_key=KEY) as server:
+                    command = [*command_for(steps, work), "--yes", "--no-stream"]
+                    times[work].append(timed(command, env_for(server)))
+                assert not server.problems and len(server.requests) == steps, server.problems
+    return statistics.median(times[big]), statistics.median(times[empty])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
@@ -403,6 +427,11 @@ def main() -> int:
         ok &= program < 0.100
         print(f"(i) exit after the answer {program * 1000:.0f} ms vs {with_collection * 1000:.0f} "
               "ms with Python's last collection (target < 100 ms)")  # fmt: skip
+    if "j" in figures:
+        big, empty = big_workdir_cost(rounds)
+        ok &= big - empty <= 2
+        print(f"(j) 10 shell steps in a workdir of 10,000 files {big:.2f} s vs "
+              f"an empty one {empty:.2f} s: {big - empty:+.2f} s (target <= +2 s)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
