@@ -243,11 +243,11 @@ def chat(
 ) -> dict:
     """--chat: run() for each message, in one conversation, until an empty message.
 
-    Each turn has its own step budget and totals line. "/compact", "/undo", "/redo" and "/diff"
-    are done by the session instead of being sent. Ctrl-C during a turn cancels that turn only
-    (run_shell has killed its command by then), and a failed request ends its turn only (one
-    line says why); Ctrl-C at the prompt ends the session. Returns the last finished turn's
-    result, with the session's totals.
+    Each turn has its own step budget and totals line. "/compact", "/undo", "/redo", "/diff",
+    "/think on|off" and "/effort low|high|max" are done by the session instead of being sent.
+    Ctrl-C during a turn cancels that turn only (run_shell has killed its command by then), and
+    a failed request ends its turn only (one line says why); Ctrl-C at the prompt ends the
+    session. Returns the last finished turn's result, with the session's totals.
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
@@ -256,7 +256,7 @@ def chat(
     display.chat_hint()
     message = task or display.next_message()
     while message:
-        if not session.command(message, client, model):  # /compact, /undo, /redo, /diff
+        if not session.command(message, client, model):  # /compact, /undo, /think, ...
             try:
                 result = run(message, client, model=model, max_steps=max_steps, session=session)
             except KeyboardInterrupt:
@@ -321,6 +321,12 @@ def main(argv: list[str] | None = None) -> int:
     """The command line (`python agent.py --help`): the package's cli runs this lesson's loop
     with this lesson's settings, tools and client."""
     return cli.main(sys.modules[__name__], argv)
+
+
+def command() -> int:
+    """The installed `minimal-agent` command (pyproject.toml): main() in the folder it is run
+    in, with the settings of the user's own config folder and the environment."""
+    return cli.main(sys.modules[__name__], installed=True)
 
 
 if __name__ == "__main__":

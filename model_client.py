@@ -16,7 +16,8 @@ from urllib.parse import urlsplit
 
 from minimal_agent.errors import AgentError
 
-CONFIG_FILE = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
+LESSON_CONFIG = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
+CONFIG_FILE = LESSON_CONFIG  # the file read; the installed command reads the user's own (cli.py)
 
 
 DEFAULT_BASE_URL = "https://api.deepseek.com"
@@ -31,12 +32,12 @@ REQUEST_TIMEOUT = 120.0  # seconds without a byte from the server before an atte
 SETTINGS = (  # every setting the agent reads, for the misspelling check
     "LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS", "LLM_CURRENCY", "LLM_MAX_COST",
     "LLM_PRICE_INPUT", "LLM_PRICE_CACHED_INPUT", "LLM_PRICE_OUTPUT", "LLM_SESSIONS_DIR",
-    "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT", "LLM_CONFIRM_WRITES",
+    "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT", "LLM_CONFIRM_WRITES", "LLM_THINKING", "LLM_EFFORT",
 )  # fmt: skip
 
 
 def load_config() -> dict[str, str]:
-    """Read config.env beside this file (real environment variables win) and return the settings."""
+    """Read CONFIG_FILE (real environment variables win) and return the settings."""
     file = config_file_settings()
 
     def setting(name: str) -> str:
@@ -139,9 +140,10 @@ def check_settings(config: dict[str, str]) -> None:
         miss = near_miss("LLM_API_KEY", names)
         place = "in config.env" if miss in names else "in the environment"
         seen = f"; {miss} is set {place}, but the name is LLM_API_KEY" if miss else ""
+        file = "config.env (copy config.example.env)" if CONFIG_FILE == LESSON_CONFIG else None
         raise AgentError(
             f"LLM_API_KEY is not set ({where}{seen}): put your key after LLM_API_KEY= in "
-            "config.env (copy config.example.env), or set it in the environment"
+            f"{file or 'that file'}, or set it in the environment"
         )
     if config["api_key"].lower().startswith("bearer "):
         raise AgentError(

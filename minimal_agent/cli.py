@@ -10,13 +10,13 @@ import functools
 import os
 import sys
 
-from minimal_agent import changes, cost, display, processes, sessions
+from minimal_agent import changes, completions, cost, display, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, describe_api_error
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
-from minimal_agent.window_probe import find_window
+from minimal_agent.window_probe import find_window, is_deepseek
 
 VERSION = "0.2.0"  # pyproject.toml's version
 PYTHON = "python" if sys.platform == "win32" else "python3"  # the interpreter's name on PATH
@@ -27,19 +27,23 @@ DEMO_TASK = (
 EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
 
 
-def main(lesson, argv: list[str] | None = None) -> int:
+def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> int:
     """python agent.py [options] [TASK ...]; returns the exit code (see the README).
 
     lesson is agent.py's module, handed over by agent.main(): its settings, Workspace,
     check_tools(), run() and chat(), and the model_client it takes its client from. argv None:
-    called as the program, from the command line's own arguments."""
+    called as the program, from the command line's own arguments. installed: the
+    `minimal-agent` command (agent.command()), which works in the current folder and reads the
+    user's own config file, never one in the project folder or beside the installed code."""
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    parser = build_parser(lesson)
+    if installed:
+        lesson.model_client.CONFIG_FILE = str(sessions.config_file())
+    parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     if args.show:
-        return show_transcript(args.show)
+        return until_the_reader_stops(show_transcript, args.show)
     agent, model_client = lesson, lesson.model_client
     processes.exit_on_termination()
     config: dict = {}  # for the error hints, whatever fails first
@@ -47,7 +51,7 @@ def main(lesson, argv: list[str] | None = None) -> int:
     try:
         config = model_client.load_config()
         if args.sessions:
-            return list_sessions(config)
+            return until_the_reader_stops(list_sessions, config)
         agent.check_tools()
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
@@ -60,6 +64,7 @@ def main(lesson, argv: list[str] | None = None) -> int:
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
+            check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
         if args.sandbox:
             processes.check_sandbox(args.workdir)
@@ -73,18 +78,14 @@ def main(lesson, argv: list[str] | None = None) -> int:
         )
     except KeyboardInterrupt:
         display.say("interrupted")
-        return 130
+        return stopped(session, args, 130)
     except AgentError as error:
         display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
-        if session and type(error).__name__ == "BudgetReached":
-            display.say(session.counts(session.total))
-            session.close()
-            say_where_saved(session, args)
-            return EXIT_CODES["budget"]
-        return 1
+        budget = type(error).__name__ == "BudgetReached"
+        return stopped(session, args, EXIT_CODES["budget"] if budget else 1)
     except OSError as error:
         display.say(f"error: {error}")
-        return 1
+        return stopped(session, args, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
         display.say(f"error: {missing_package(error)}")
         return 1
@@ -93,11 +94,12 @@ def main(lesson, argv: list[str] | None = None) -> int:
             raise
         save = session and session.transcript and session.transcript.path
         context = {"model": args.model or config.get("model"), "save": save}
+        context["sent"] = session.limits if session else {}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
             return report_bug(save)
         display.say(f"error: {message}")
-        return 1
+        return stopped(session, args, 1)
     finally:
         if session:
             session.close()
@@ -105,10 +107,11 @@ def main(lesson, argv: list[str] | None = None) -> int:
     return EXIT_CODES[result["stop_reason"]]
 
 
-def build_parser(lesson) -> argparse.ArgumentParser:
+def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
+    config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
     parser = argparse.ArgumentParser(
-        prog="agent.py",
+        prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
         formatter_class=HelpFormatter,
         description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
@@ -116,15 +119,21 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         "or on a terminal runs the lesson's demo task. Every conversation is saved, so it can "
         "be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
-        "4 the answer is cut off or empty, 130 interrupted. Settings (config.env beside "
-        "agent.py, or the environment): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
+        f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
+        "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
-        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES; see the README.",
+        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
+        "LLM_EFFORT; see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
     add("--version", action="version", version=f"%(prog)s {VERSION}")
-    add("--workdir", default=lesson.WORKDIR, help="folder the tools act in (default: %(default)s)")
+    add(
+        "--workdir",
+        default=os.getcwd() if installed else lesson.WORKDIR,
+        help="folder the tools act in (default: "
+        + ("the current folder)" if installed else "%(default)s)"),
+    )
     add("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
     add(
         "--max-steps",
@@ -146,6 +155,17 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         metavar="N",
         help="ask the server to end each reply after N tokens (default: LLM_MAX_TOKENS, else "
         "the server's own limit)",
+    )
+    add(
+        "--thinking",
+        choices=("on", "off"),
+        help="DeepSeek's thinking: off for a quicker, cheaper answer (default: LLM_THINKING, "
+        "else the server's own: on for DeepSeek)",
+    )
+    add(
+        "--effort",
+        choices=completions.EFFORTS,
+        help="how hard DeepSeek thinks (default: LLM_EFFORT, else the server's own: high)",
     )
     add(
         "--request-timeout",
@@ -186,7 +206,7 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         help="after each answer take a follow-up in the same conversation: typed at a '> ' "
         "prompt on a terminal, else the next line of stdin; an empty line or end of input "
         "ends the session; /compact compacts the conversation; /undo, /redo and /diff as in "
-        "docs/undo.md",
+        "docs/undo.md; /think on|off and /effort low|high|max switch DeepSeek's thinking",
     )
     add(
         "-c",
@@ -337,6 +357,14 @@ def check_budget(
         parser.error(no_price(model, "--max-cost"))
 
 
+def check_retired(model: str, config: dict) -> None:
+    """A model DeepSeek retired, asked of DeepSeek's API: one line naming what replaced it,
+    before the request it would refuse. (Another server may still serve it by that name.)"""
+    retired = models.retirement(model)
+    if retired and is_deepseek(config["base_url"]):
+        raise AgentError(retired)
+
+
 def no_price(model: str, budget: str) -> str:
     return (
         f"{budget} needs the model's price, and {model} has none known: set LLM_PRICE_INPUT and "
@@ -413,6 +441,8 @@ def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> S
         stream=streaming(args),
         raw=args.raw,
         max_tokens=max_tokens,
+        thinking=args.thinking or choice_setting(config, "LLM_THINKING", ("on", "off")),
+        effort=args.effort or choice_setting(config, "LLM_EFFORT", completions.EFFORTS),
         prices=prices,
         max_cost=max_cost,
         window=window,
@@ -465,6 +495,14 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
     return str(path), history, compaction
 
 
+def stopped(session: Session | None, args: argparse.Namespace, exit_code: int) -> int:
+    """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
+    and how to go on are said, as after a run that ended well; returns exit_code."""
+    if session and session.stopped(args.chat):
+        say_where_saved(session, args)
+    return exit_code
+
+
 def say_where_saved(session, args: argparse.Namespace) -> None:
     """After a conversation saved in the sessions folder, on a terminal: how to go on with it."""
     transcript = session and session.transcript
@@ -513,6 +551,19 @@ def list_sessions(config: dict) -> int:
     return 0
 
 
+def until_the_reader_stops(show, *args) -> int:
+    """show(*args), printing on stdout; a reader that has had enough (`--sessions | head -1`)
+    ends it quietly, with exit code 0, as it ends `ls | head -1`."""
+    try:
+        code = show(*args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Else Python's exit flushes the rest into the closed pipe again, and says so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
 def sessions_folder(config: dict):
     """Where conversations are saved: LLM_SESSIONS_DIR (config.env or the environment), else
     the platform's usual place for the user's state."""
@@ -539,6 +590,14 @@ def streaming(args: argparse.Namespace) -> bool:
     if args.replay:
         return False  # a saved reply has nothing to stream
     return sys.stderr.isatty() if args.stream is None else args.stream
+
+
+def choice_setting(config: dict, name: str, choices: tuple[str, ...]) -> str | None:
+    """A setting that is one of choices (case ignored), or None when it is not set."""
+    text = (config.get(name) or "").lower()
+    if text and text not in choices:
+        raise AgentError(f"{name} must be {' or '.join(choices)}, not {config[name]!r}")
+    return text or None
 
 
 def max_tokens_setting(config: dict) -> int | None:

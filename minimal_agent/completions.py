@@ -34,6 +34,22 @@ def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=say,
     return resp
 
 
+EFFORTS = ("low", "high", "max")  # DeepSeek's reasoning_effort values (high is its default)
+
+
+def thinking_options(thinking: str | None, effort: str | None) -> dict:
+    """The request's parameters for DeepSeek's thinking switch ("on", "off") and effort, as its
+    API documents them, and only those the user set: thinking {"type": ...} (sent by the SDK's
+    extra_body) and reasoning_effort; none with thinking off, which has no effort."""
+    options: dict = {}
+    if thinking:
+        switch = {"type": "enabled" if thinking == "on" else "disabled"}
+        options["extra_body"] = {"thinking": switch}
+    if effort and thinking != "off":
+        options["reasoning_effort"] = effort
+    return options
+
+
 def with_empty_content(messages: list[dict]) -> list[dict]:
     """The messages with assistant content null sent as "" (Ollama's /v1 rejects null)."""
     return [
@@ -49,7 +65,9 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     streamed: show("thinking", text) and show("text", text) get the reasoning and the content
     as they arrive, and the chunks are put together by the SDK's own accumulator into the
     ChatCompletion a plain request returns, so nothing after the request can tell the two apart.
-    A reply that does not arrive whole raises AgentError: nothing of it is kept.
+    A stream that breaks off is asked for again once, as the SDK asks again after a failed
+    request; nothing of the broken one is kept. A reply that does not arrive whole then, or
+    a stream the server stopped sending, raises AgentError.
     """
     if show is None:
         try:
@@ -60,6 +78,25 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
             body = resp if isinstance(resp, str) else json.dumps(resp, default=dumped)
             raise AgentError(not_a_completion(client, body))
         return resp
+    try:
+        return streamed(client, show, request)
+    except BrokenStream as broken:
+        say(f"{broken}; asking again (nothing of that one is kept)")
+    try:
+        return streamed(client, show, request)
+    except BrokenStream as broken:
+        raise AgentError(
+            f"{broken}, a second time: nothing of it was kept and none of its tool calls ran; "
+            "try again later"
+        ) from None
+
+
+class BrokenStream(Exception):
+    """A stream that ended before its reply was whole; the message says how."""
+
+
+def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletion
+    """One streamed request (see complete()); BrokenStream if the reply does not arrive whole."""
     import openai  # here, not at the top: --help starts without it
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletion
@@ -87,7 +124,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
                 show_delta(chunk.choices[0].delta, show)
                 state.handle_chunk(chunk)
                 started = True
-    except openai.APITimeoutError:
+    except openai.APITimeoutError:  # not asked again: that would double a long wait
         seconds = client.timeout if isinstance(client.timeout, (int, float)) else None
         after = f" for {seconds:g} s" if seconds else ""
         raise AgentError(
@@ -95,18 +132,16 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
             "(nothing of it was kept): try again, or raise --request-timeout"
         ) from None
     except openai.APIConnectionError:
-        raise AgentError(BROKEN_STREAM.format(how="the connection broke")) from None
+        raise BrokenStream("the connection broke before the server finished the reply") from None
     except openai.APIStatusError:
         raise
     except openai.APIError as error:  # an {"error": ...} event in the stream
         said = without_key(" ".join(str(error.message).split())[:200], client.api_key)
-        raise AgentError(
-            f"the server reported an error in the middle of the reply ({said}); nothing of "
-            "it was kept: try again later"
-        ) from None
+        reported = f"the server reported an error in the middle of the reply ({said})"
+        raise BrokenStream(reported) from None
     snapshot = state.current_completion_snapshot if started else None
     if not snapshot or not snapshot.choices or not snapshot.choices[0].finish_reason:
-        raise AgentError(BROKEN_STREAM.format(how="the stream ended"))
+        raise BrokenStream("the stream ended before the server finished the reply")
     # A plain ChatCompletion, without the SDK's parsed-output fields, as a plain request gives.
     parsed = {"parsed": True, "tool_calls": {"__all__": {"function": {"parsed_arguments"}}}}
     data = snapshot.model_dump(exclude={"choices": {"__all__": {"message": parsed}}})
@@ -157,12 +192,6 @@ def not_a_completion(client, body: str, what: str | None = None, streamed: bool 
         "OpenAI-compatible API, usually ending in /v1)"
         + (", or try --no-stream if the server does not stream" if streamed else "")
     )
-
-
-BROKEN_STREAM = (
-    "the reply was cut off: {how} before the server finished it, so nothing of it was kept "
-    "and none of its tool calls ran; try again"
-)
 
 
 def mend(chunk, calls: dict[int, list[dict]]) -> None:

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 
 from minimal_agent.context_window import OVERFLOW
 from minimal_agent.display import one_line
+from minimal_agent.models import retirement
 
 
 class AgentError(Exception):
@@ -21,8 +22,10 @@ def describe_api_error(
     model: str | None = None,
     timeout: float | None = None,
     save: str | None = None,
+    sent: dict | None = None,
 ) -> str | None:
-    """One line that says what went wrong and what to check; None if it is no API error."""
+    """One line that says what went wrong and what to check; None if it is no API error.
+    sent: what the request added to model, tools and messages (Session.limits)."""
     if type(error).__module__.split(".")[0] != "openai":
         return None  # and no need to import openai (it may be the missing package)
     import openai  # here: only an error of openai's own gets this far
@@ -39,7 +42,7 @@ def describe_api_error(
         message = f"could not connect to {url}: check LLM_BASE_URL and that the server is running"
     elif isinstance(error, openai.APIStatusError):
         said = server_says(error)
-        hint = status_hint(error.status_code, said, config, model, save)
+        hint = status_hint(error.status_code, said, config, model, save, sent or {})
         message = f"the server answered {error.status_code} ({said}): {hint}"
     elif isinstance(error, openai.APIError):
         message = f"{type(error).__name__}: {error}"
@@ -54,8 +57,15 @@ def without_key(text: str, key: str | None) -> str:
     return text.replace(key, "***") if key and len(key) >= 8 else text
 
 
-def status_hint(status: int, said: str, config: dict, model: str | None, save: str | None) -> str:
-    """What to do about an error status, read from what the server said where it is telling."""
+THINKING_SETTINGS = {"reasoning_effort": "LLM_EFFORT (or --effort)",
+                     "thinking": "LLM_THINKING (or --thinking)"}  # fmt: skip
+
+
+def status_hint(
+    status: int, said: str, config: dict, model: str | None, save: str | None, sent: dict
+) -> str:
+    """What to do about an error status, read from what the server said where it is telling;
+    sent: the request's parameters beyond model, tools and messages (Session.limits)."""
     url = config.get("base_url", "the server")
     said = said.lower()
     transcript = f"the transcript is in {save}" if save else "--save FILE keeps a transcript"
@@ -69,7 +79,14 @@ def status_hint(status: int, said: str, config: dict, model: str | None, save: s
             "the server rejects the conversation the agent built: this is a bug in the agent; "
             f"please report it on the project's issue tracker (see the README); {transcript}"
         )
+    parameters = {**sent, **sent.get("extra_body", {})}
+    for parameter, setting in THINKING_SETTINGS.items():
+        if status in (400, 422) and parameter in parameters and parameter in said:
+            return f"this server does not take {parameter}: remove {setting}"
     if re.search(r"model not exist|model_not_found|unknown model|model \S+ not found", said):
+        retired = retirement(model or "")
+        if retired:
+            return retired
         return f"the server does not know the model {model or ''}: check --model or LLM_MODEL"
     if status == 404:
         return url_hint(url)

@@ -1,6 +1,7 @@
 """What is known about each model by its name, in one table: its context window (tokens) and
 DeepSeek's off-peak prices per 1M tokens, (input cache hit, input cache miss, output) in each
-currency. A legacy name DeepSeek still accepts is billed as another entry."""
+currency. A legacy name DeepSeek still accepts is billed as another entry; one it retired
+names the model that replaced it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ MODELS: dict[str, dict] = {
     },
     "deepseek-v4-flash": {"window": 1_048_576, "billed_as": "deepseek-flash"},
     "deepseek-v4-flash-vision-exp": {"billed_as": "deepseek-flash"},
+    "deepseek-chat": {"retired": "2026-07-24", "replaced_by": "deepseek-flash"},
+    "deepseek-reasoner": {"retired": "2026-07-24", "replaced_by": "deepseek-v4-pro"},
 }
 
 
@@ -30,3 +33,15 @@ def off_peak_prices(model: str) -> dict[str, tuple[float, float, float]] | None:
     entry = MODELS.get(model, {})
     entry = MODELS.get(entry.get("billed_as", model), entry)
     return entry.get("off_peak")
+
+
+def retirement(model: str) -> str | None:
+    """For a model DeepSeek retired, one sentence saying when and what replaced it; else None."""
+    entry = MODELS.get(model, {})
+    if "replaced_by" not in entry:
+        return None
+    new = entry["replaced_by"]
+    return (
+        f"DeepSeek retired {model} on {entry['retired']} and replaced it with {new}: set "
+        f"LLM_MODEL={new} (or --model {new})"
+    )

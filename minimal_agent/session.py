@@ -11,7 +11,12 @@ from minimal_agent import changes, completions, cost, diffs, display, files, ses
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
-from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_calls
+from minimal_agent.transcripts import (
+    Conversation,
+    Transcript,
+    answers_to_open_calls,
+    open_calls,
+)
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
 AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
@@ -46,6 +51,8 @@ class Session:
         stream: bool = False,
         raw: bool = False,
         max_tokens: int | None = None,
+        thinking: str | None = None,
+        effort: str | None = None,
         prices=None,
         max_cost: float | None = None,
         window=None,
@@ -64,13 +71,22 @@ class Session:
         # with the others at the start, before a --chat prompt asks for the first message.
         self.system_message = None if history else self.with_agents_file()
         self.stream, self.raw = stream, raw
-        self.limits = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own
+        self.max_tokens = max_tokens  # unset: the server's own limit
+        self.thinking, self.effort = thinking, effort  # "on"/"off", EFFORTS; unset: the server's
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
         self.prices, self.max_cost, self.window = prices, max_cost, window
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
         self.turns = self.cancelled = 0
         self.turn_start = 0  # where the current turn's messages begin
+        self.in_turn = False  # a turn began and its tool calls are not counted yet
+
+    @property
+    def limits(self) -> dict:
+        """What each request adds to model, tools and messages: max_tokens, and the thinking
+        switch and effort (completions.thinking_options), each only when set."""
+        limits = {"max_tokens": self.max_tokens} if self.max_tokens else {}
+        return {**limits, **completions.thinking_options(self.thinking, self.effort)}
 
     def start(self, task: str) -> Conversation:
         """Begin a turn: the conversation (a new one: the system prompt first), any calls a
@@ -93,6 +109,7 @@ class Session:
             note = self.changes and self.changes.turn_begins(task)
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
+        self.in_turn = True
         return messages
 
     def with_agents_file(self) -> str:
@@ -151,8 +168,9 @@ class Session:
             self.changes.step_ends()
 
     def command(self, message: str, client, model: str) -> bool:
-        """--chat's commands: /compact, /undo, /redo (each may end with --force) and /diff;
-        False for a message that is none of them, to be sent."""
+        """--chat's commands: /compact, /undo, /redo (each may end with --force), /diff, and
+        /think on|off and /effort low|high|max (from the next turn on); False for a message
+        that is none of them, to be sent."""
         name, *rest = message.split() or [""]
         if name == "/compact" and not rest:
             self.compact_now(client, model)
@@ -163,6 +181,16 @@ class Session:
                 changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force")
         elif name == "/diff" and not rest:
             diffs.show_last_turn(self.changes.folder if self.changes else None)
+        elif name == "/think" and [word.lower() for word in rest] in (["on"], ["off"]):
+            self.thinking = rest[0].lower()
+            display.say(f"thinking: {self.thinking} from the next message on")
+        elif name == "/effort" and len(rest) == 1 and rest[0].lower() in completions.EFFORTS:
+            self.effort = rest[0].lower()
+            off = " (while thinking is off, it has none)" if self.thinking == "off" else ""
+            display.say(f"effort: {self.effort} from the next message on{off}")
+        elif name in ("/think", "/effort"):
+            takes = "on or off" if name == "/think" else ", ".join(completions.EFFORTS)
+            display.say(f"{name} takes {takes}; nothing was sent")
         else:
             return False
         return True
@@ -283,12 +311,32 @@ class Session:
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
         self.end_step()
-        turn_messages = self.messages[self.turn_start :]
-        self.turn["tool_calls"] = sum(1 for m in turn_messages if m["role"] == "tool")
-        self.total["tool_calls"] += self.turn["tool_calls"]
+        self.count_tool_calls()
         self.turns += 1
         display.say(self.counts(self.turn))
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
+
+    def count_tool_calls(self) -> None:
+        """The turn's tool calls added to its totals and the session's, once: each call whose
+        result came back, and the one that was running when the turn was cut short."""
+        if not self.in_turn:
+            return
+        self.in_turn = False
+        turn_messages = self.messages[self.turn_start :]
+        results = sum(1 for m in turn_messages if m["role"] == "tool")
+        self.turn["tool_calls"] = results + (1 if open_calls(turn_messages) else 0)
+        self.total["tool_calls"] += self.turn["tool_calls"]
+
+    def stopped(self, chat: bool) -> bool:
+        """A run or a --chat session cut short (Ctrl-C, an error, the budget): once a reply
+        was paid for, its totals are said as at a normal end (True); else nothing (False)."""
+        if self.in_turn and chat:
+            self.cancelled += 1
+        self.count_tool_calls()
+        if not any(self.total["usage"].values()):  # no reply from a model (--replay's are not)
+            return False
+        display.say(self.session_line() if chat else self.counts(self.total))
+        return True
 
     def counts(self, totals: dict) -> str:
         usage = totals["usage"]
@@ -323,6 +371,7 @@ class Session:
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
         self.end_step()
+        self.count_tool_calls()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
         self.cancelled += 1
@@ -330,10 +379,13 @@ class Session:
 
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""
-        cancelled = f" (and {self.cancelled} cancelled)" if self.cancelled else ""
-        display.say(f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}")
+        display.say(self.session_line())
         totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
         return {**result, "messages": self.messages, **totals}
+
+    def session_line(self) -> str:
+        cancelled = f" (and {self.cancelled} cancelled)" if self.cancelled else ""
+        return f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}"
 
     def close(self) -> None:
         if self.changes:

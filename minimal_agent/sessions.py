@@ -1,6 +1,6 @@
 """Sessions: every conversation kept as a transcript in a per-user folder, the recent ones
 listed (--sessions), one found again (--continue, --resume), and each transcript written by one
-agent at a time.
+agent at a time; and the per-user folder of the installed command's settings.
 
 A transcript is JSON Lines: a line with "role" is a message, a line with "event" is the agent's
 bookkeeping ({"event": "session", ...} first, {"event": "usage", ...} after each reply). The
@@ -31,9 +31,8 @@ from minimal_agent.errors import AgentError
 APP = "minimal-agent"
 SESSIONS_ENV = "LLM_SESSIONS_DIR"  # moves the sessions folder
 SUFFIX = ".jsonl"
-ID_TIME = "%Y%m%d-%H%M%S"  # UTC: IDs sort by when the conversation started
 ID_ALPHABET = "23456789abcdefghjkmnpqrstuvwxyz"  # no 0/o or 1/l/i: IDs are typed from a listing
-ID_RANDOM = 4  # characters after the time: two agents started in the same second differ
+ID_LENGTH = 6  # 31**6, about 900 million: its first two or three characters mostly tell it apart
 LIST_LIMIT = 20  # conversations --sessions shows
 HEAD_BYTES = 64 * 1024  # the most of a first line read to look for the session event
 LOCK_OFFSET = 2**31 - 1  # Windows: the byte locked, far past any data, so no read is blocked
@@ -73,6 +72,24 @@ def sessions_dir(env: Mapping[str, str] | None = None) -> Path:
     return base / APP / "sessions"
 
 
+def config_file(env: Mapping[str, str] | None = None) -> Path:
+    """The settings file of the installed `minimal-agent` command, in the user's own config
+    folder (never the project folder, whose config.env anyone could have written): on Linux
+    (and other POSIX systems) $XDG_CONFIG_HOME/minimal-agent/config.env (~/.config when unset
+    or relative), on macOS ~/Library/Application Support/minimal-agent/config.env, on Windows
+    %APPDATA%\\minimal-agent\\config.env. env: the settings (os.environ when None)."""
+    env = os.environ if env is None else env
+    if sys.platform == "win32":
+        roaming = env.get("APPDATA", "").strip()
+        base = Path(roaming) if roaming else _home(env) / "AppData" / "Roaming"
+    elif sys.platform == "darwin":
+        base = _home(env) / "Library" / "Application Support"
+    else:
+        chosen = env.get("XDG_CONFIG_HOME", "").strip()
+        base = Path(chosen) if os.path.isabs(chosen) else _home(env) / ".config"
+    return base / APP / "config.env"
+
+
 def _home(env: Mapping[str, str]) -> Path:
     home = env.get("USERPROFILE" if sys.platform == "win32" else "HOME", "").strip()
     return Path(home or os.path.expanduser("~"))
@@ -93,20 +110,21 @@ def make_folder(folder: str | os.PathLike) -> Path:
     return folder
 
 
-def new_id(now: datetime | None = None) -> str:
-    """A new conversation ID: the UTC time and a few random characters, 20261204-113000-ab12."""
-    now = (now or datetime.now(UTC)).astimezone(UTC)
-    tail = "".join(ID_ALPHABET[byte % len(ID_ALPHABET)] for byte in os.urandom(ID_RANDOM))
-    return f"{now.strftime(ID_TIME)}-{tail}"
+def new_id() -> str:
+    """A new conversation ID: six random characters, such as k7m2qa, short to type and
+    unlike each other from the first character on. (IDs before these were the UTC time and four
+    characters, 20261204-113000-ab12; they keep working.)"""
+    return "".join(ID_ALPHABET[byte % len(ID_ALPHABET)] for byte in os.urandom(ID_LENGTH))
 
 
-def new_transcript(folder: str | os.PathLike, now: datetime | None = None) -> Path:
+def new_transcript(folder: str | os.PathLike) -> Path:
     """The path of a new transcript in folder (made if missing). The file is created, empty and
-    readable by its owner only (0o600), so no other agent can take the same name; the listing
-    skips it until something is written to it. Its ID is the file name without .jsonl."""
+    readable by its owner only (0o600), so no other agent can take the same name (a taken one
+    is drawn again); the listing skips it until something is written to it. Its ID is the file
+    name without .jsonl."""
     folder = make_folder(folder)
     for _ in range(100):
-        path = folder / (new_id(now) + SUFFIX)
+        path = folder / (new_id() + SUFFIX)
         try:
             os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         except FileExistsError:

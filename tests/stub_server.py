@@ -570,6 +570,10 @@ class StubServer:
                 self.wfile.write(data)
 
             def send_stream(self, plan: Streamed) -> None:
+                if plan.end != "done":  # a reply that never arrives whole is not to come back
+                    with server.lock:
+                        message = plan.message["choices"][0]["message"]
+                        server.served[:] = [m for m in server.served if m is not message]
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")

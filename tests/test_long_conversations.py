@@ -207,7 +207,8 @@ def test_when_even_the_compacted_conversation_does_not_fit_the_run_ends_in_one_l
     assert done.returncode == 1
     assert stub.rejected == ["context overflow"] * 2  # sent again once after compacting, no more
     assert stub.problems == []
-    error = done.stderr.splitlines()[-1]
+    error, totals = done.stderr.splitlines()[-2:]  # the totals: a reply was paid for
+    assert totals.startswith("steps 1, tool calls 1, ")
     assert error.startswith("error: the server answered 400 (This model's maximum context")
     assert "longer than the model accepts even after compacting it" in error
     assert f"the transcript is in {save}" in error
@@ -543,7 +544,8 @@ def test_a_refused_turn_tried_again_is_not_added_again(refusal, workdir, tmp_pat
         with StubServer([answer("never")], compactions_allowed=True, **small) as stub:
             done = agent(stub, workdir, "-r", str(save), task, LLM_API_KEY="test-key")
         assert done.returncode == 1, done.stderr
-        assert done.stderr.splitlines()[-1].startswith("error: the server answered")
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and errors[0].startswith("error: the server answered")
         if refusal == "overflow":  # compacted and sent again; then nothing more to compact
             assert stub.rejected == ["context overflow"] * (2 - attempt)
             assert stub.side_requests == [] if attempt else len(stub.side_requests) == 1

@@ -11,7 +11,7 @@ import stat
 import subprocess
 import sys
 import types
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -115,23 +115,16 @@ def test_a_folder_that_cannot_be_made_is_one_line(tmp_path):
 # --- IDs ----------------------------------------------------------------------------------
 
 
-def test_ids_are_the_utc_time_and_a_few_typable_characters():
-    an_hour_east = datetime(2026, 12, 4, 12, 30, tzinfo=timezone(timedelta(hours=1)))
-    assert re.fullmatch(r"20261204-113000-[a-z2-9]{4}", sessions.new_id(an_hour_east))
-    assert re.fullmatch(r"\d{8}-\d{6}-[a-z2-9]{4}", sessions.new_id())
+def test_ids_are_six_typable_characters():
+    ids = {sessions.new_id() for _ in range(200)}
+    assert all(re.fullmatch(r"[2-9a-hjkmnp-z]{6}", id) for id in ids)
+    assert len(ids) == 200
 
 
-def test_new_transcripts_are_unique_even_in_the_same_second(tmp_path):
-    now = datetime(2026, 12, 4, 11, 30, tzinfo=UTC)
-    paths = [sessions.new_transcript(tmp_path, now) for _ in range(200)]
+def test_new_transcripts_are_unique(tmp_path):
+    paths = [sessions.new_transcript(tmp_path) for _ in range(200)]
     assert len(set(paths)) == 200 and all(p.exists() and p.suffix == ".jsonl" for p in paths)
     assert {p.parent for p in paths} == {tmp_path}
-
-
-def test_ids_sort_as_the_conversations_started():
-    start = datetime(2026, 12, 31, 23, 59, 58, tzinfo=UTC)
-    ids = [sessions.new_id(start + timedelta(seconds=s)) for s in (0, 1, 2, 3600, 86400 * 40)]
-    assert sorted(ids) == ids
 
 
 def test_the_session_event_records_the_real_workdir(tmp_path):
