@@ -498,7 +498,7 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
 def stopped(session: Session | None, args: argparse.Namespace, exit_code: int) -> int:
     """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
     and how to go on are said, as after a run that ended well; returns exit_code."""
-    if session and session.stopped(args.chat):
+    if session and not args.replay and session.stopped(args.chat):  # replies replayed cost nothing
         say_where_saved(session, args)
     return exit_code
 

@@ -77,7 +77,7 @@ class Session:
         self.prices, self.max_cost, self.window = prices, max_cost, window
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
-        self.turns = self.cancelled = 0
+        self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
 
@@ -333,8 +333,8 @@ class Session:
         if self.in_turn and chat:
             self.cancelled += 1
         self.count_tool_calls()
-        if not any(self.total["usage"].values()):  # no reply from a model (--replay's are not)
-            return False
+        if not (any(self.total["usage"].values()) or self.total["unknown"]):
+            return False  # no reply from a model yet
         display.say(self.session_line() if chat else self.counts(self.total))
         return True
 
@@ -366,6 +366,8 @@ class Session:
         if not said:
             raise error
         self.end_step()  # what the turn's tools changed so far can be undone
+        self.count_tool_calls()
+        self.failed += 1
         display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
     def cancel_turn(self) -> None:
@@ -381,11 +383,14 @@ class Session:
         """The end of a --chat session: its totals line; result with the session's totals."""
         display.say(self.session_line())
         totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
+        totals["failed"] = self.failed
         return {**result, "messages": self.messages, **totals}
 
     def session_line(self) -> str:
-        cancelled = f" (and {self.cancelled} cancelled)" if self.cancelled else ""
-        return f"session: turns {self.turns}{cancelled}, {self.counts(self.total)}"
+        ended_early = ((self.cancelled, "cancelled"), (self.failed, "failed"))
+        others = [f"{number} {how}" for number, how in ended_early if number]
+        ended = f" (and {', '.join(others)})" if others else ""
+        return f"session: turns {self.turns}{ended}, {self.counts(self.total)}"
 
     def close(self) -> None:
         if self.changes:

@@ -244,13 +244,14 @@ def test_a_refused_request_in_a_chat_ends_only_its_turn(workdir, tmp_path, failu
 
 
 def test_a_broken_stream_in_a_chat_ends_only_its_turn(workdir):
-    script = [Streamed(reply("lost", reasoning="thinking"), end="drop"), reply("Second.")]
+    lost = Streamed(reply("lost", reasoning="thinking"), end="drop")
+    script = [lost, lost, reply("Second.")]  # broken, and broken again when asked again
     with StubServer(script, strict_turns=True) as stub:
         done = agent(stub, workdir, "--chat", "--stream", "--no-save", stdin="one\ntwo\n\n")
     assert done.returncode == 0, done.stderr
     assert done.stdout.endswith("Second.\n")
     [error] = errors(done.stderr)
-    assert "the reply was cut off" in error
+    assert "before the server finished the reply, a second time" in error
     assert stub.problems == []
 
 
