@@ -6,7 +6,7 @@ Read it top to bottom: the settings, the three tools, TOOLS and TOOL_MAP, execut
 run() (the loop) and chat() (turn after turn). The lesson ends where a line says so. What
 surrounds it lives elsewhere, each concern in one place: everything about servers in
 model_client.py; the command line, the terminal display, processes and the sandbox,
-transcripts, cost and the context window in harness/.  `python agent.py --help` lists the options.
+transcripts, cost and the context window in minimal_agent/.  `python agent.py --help` lists the options.
 """
 
 from __future__ import annotations  # annotations stay text, so Python 3.8 gets to the check
@@ -23,8 +23,8 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from harness import display, files, processes, tool_schema  # noqa: E402
-from harness.session import Session  # noqa: E402
+from minimal_agent import display, files, processes, tool_schema  # noqa: E402
+from minimal_agent.session import Session  # noqa: E402
 
 # --- Settings ---------------------------------------------------------------------------
 
@@ -267,7 +267,7 @@ def chat(
 def check_tools() -> None:
     """Stop before the first request when TOOLS and TOOL_MAP disagree: a schema without a
     function, or a function without a schema (one line naming the tool and what is missing);
-    or a schema, or a function, that cannot work (harness/tool_schema.py says why)."""
+    or a schema, or a function, that cannot work (minimal_agent/tool_schema.py says why)."""
     schemas = {}
     for number, tool in enumerate(TOOLS, 1):
         problem = tool_schema.schema_mistake(tool)
@@ -308,6 +308,6 @@ def call_problem(name: str, args: object) -> str | None:
 
 
 if __name__ == "__main__":
-    from harness import cli
+    from minimal_agent import cli
 
     sys.exit(cli.main())

@@ -457,7 +457,7 @@ def usage_counts(resp) -> dict[str, int]:
 def short(text: object, width: int = 100) -> str:
     """text on one line, shortened to width with "..." (the display's one_line, which also
     shows control characters as escapes)."""
-    from harness.display import one_line
+    from minimal_agent.display import one_line
 
     return one_line(text, width)
 
@@ -589,7 +589,7 @@ def find_window(settings: dict, *, timeout: float = PROBE_SECONDS):  # -> () -> 
     for the rest of the timeout at most, then falls back on the table. Raises only ValueError,
     at once, for an LLM_CONTEXT_TOKENS that is not a number.
     """
-    from harness.context_window import context_tokens_setting
+    from minimal_agent.context_window import context_tokens_setting
 
     tokens = context_tokens_setting(settings.get("context_tokens"))
     model = settings.get("model") or ""
@@ -813,7 +813,7 @@ def error_text(error: object) -> str:
 def recorded_summary(entry: dict) -> str | None:
     """The model's summary a transcript's compaction record was made with, or None (no such
     record, or one that shortened tool results only)."""
-    from harness.context_window import SUMMARY_HEADING
+    from minimal_agent.context_window import SUMMARY_HEADING
 
     if entry.get("event") != "compaction" or entry.get("kind") != "summary":
         return None
@@ -836,7 +836,7 @@ class ReplayClient:
 
     def __init__(self, path: str | os.PathLike, notify=None) -> None:
         self.path = path
-        from harness.transcripts import transcript_lines
+        from minimal_agent.transcripts import transcript_lines
 
         entries = transcript_lines(path)
         lines = [(n, entry) for n, entry in entries if "event" not in entry]
@@ -919,7 +919,7 @@ class ReplayClient:
             sent.insert(0, message.get("content"))
         recorded = self.recorded_results[self.served - 1]
         # A result the replay's own compaction turned into a note is no difference in the run.
-        from harness.context_window import ELIDED
+        from minimal_agent.context_window import ELIDED
 
         if len(sent) != len(recorded) or any(
             now != then and not str(now).startswith(ELIDED)

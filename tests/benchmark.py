@@ -232,7 +232,7 @@ def cost_bookkeeping(rounds: int, steps: int = 40) -> tuple[tuple, tuple, float]
     sys.path.insert(0, str(ROOT))
     from fake_model import completion
 
-    from harness import cost
+    from minimal_agent import cost
 
     sides = {"deepseek-flash": [], "unpriced-model": []}
     with tempfile.TemporaryDirectory() as work:
@@ -298,7 +298,7 @@ def compacted_chat_prefixes(turns: int = 16, window: int = 4_096) -> bool:
 MAIN_WITH_ARGV = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
-from harness import cli
+from minimal_agent import cli
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -17,7 +17,7 @@ from stub_server import StubServer, demo_script
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from harness.cli import DEMO_TASK  # noqa: E402
+from minimal_agent.cli import DEMO_TASK  # noqa: E402
 
 
 def main() -> int:

@@ -14,7 +14,7 @@ from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_readme import add_a_tool_pieces
 
-from harness import tool_schema
+from minimal_agent import tool_schema
 
 TOOLS_END = "\n]\nTOOL_MAP = {"  # where TOOLS closes and TOOL_MAP begins in agent.py
 MAP_END = '"run_shell": run_shell}'  # the last entry of TOOL_MAP

@@ -31,7 +31,7 @@ from openai import OpenAI
 from stub_server import StubServer
 
 import model_client
-from harness.transcripts import check_conversation, transcript_lines
+from minimal_agent.transcripts import check_conversation, transcript_lines
 
 
 def answer(text: str) -> dict:

@@ -16,7 +16,7 @@ from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, demo_script
 
 import agent
-from harness import cli
+from minimal_agent import cli
 
 KEY = "test-key-do-not-print-0123456789"
 
@@ -462,7 +462,7 @@ def test_help_lists_every_option_and_imports_nothing_it_does_not_need():
     assert "json" in imported and "argparse" in imported  # the import log works
     # The SDK and dotenv, the pricing, threads, subprocesses, signals, and what argparse's own
     # formatter would import (shutil for the width, textwrap): none of it is needed for --help.
-    unneeded = {"openai", "dotenv", "harness.cost", "harness.context_window", "harness.sessions",
+    unneeded = {"openai", "dotenv", "minimal_agent.cost", "minimal_agent.context_window", "minimal_agent.sessions",
                 "threading", "subprocess", "signal", "shutil", "textwrap"}  # fmt: skip
     assert not {name for name in imported if name in unneeded or name.split(".")[0] in unneeded}
 

@@ -1,4 +1,4 @@
-"""harness/context_window.py: knowing the window, recognising a full one, compacting the
+"""minimal_agent/context_window.py: knowing the window, recognising a full one, compacting the
 conversation sent to the model (tool results, then a summary), and the state across requests.
 
 Pure functions are tested on message lists; window discovery, overflow errors, silent
@@ -21,7 +21,7 @@ from fake_model import reply, tool_call
 from stub_server import StubServer, check_messages
 
 import model_client
-from harness import context_window as cw
+from minimal_agent import context_window as cw
 
 ROOT = Path(cw.__file__).resolve().parent.parent
 
@@ -204,7 +204,7 @@ def test_a_silent_server_gives_none_within_the_timeout():
 
 
 def test_openai_is_not_imported():
-    code = "import sys, harness.context_window; print('openai' in sys.modules)"
+    code = "import sys, minimal_agent.context_window; print('openai' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip() == "False", done.stderr
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from stub_server import StubServer
 
 import model_client
-from harness import cli
+from minimal_agent import cli
 
 EXAMPLE = (ROOT / "examples" / "tool_demo.jsonl").read_bytes()
 CODES = {0, 1, 2, 3, 4}

@@ -19,8 +19,8 @@ from conftest import clean_env, run_agent, run_in_process, saved_messages, stub_
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, extends, prompt_tokens
 
-from harness import context_window as cw
-from harness.cli import PYTHON
+from minimal_agent import context_window as cw
+from minimal_agent.cli import PYTHON
 
 SERVERS_THAT_REFUSE = ["deepseek", "vllm", "llamacpp", "ollama"]
 FIELD = {"vllm": "reasoning"}  # the name the reasoning comes under; DeepSeek's elsewhere

@@ -27,7 +27,7 @@ from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
 import agent
-from harness import cli
+from minimal_agent import cli
 
 pytestmark = pytest.mark.linux("bubblewrap is Linux only")
 

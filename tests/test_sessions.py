@@ -1,4 +1,4 @@
-"""harness/sessions.py: where conversations are kept, the listing, finding one again, and the
+"""minimal_agent/sessions.py: where conversations are kept, the listing, finding one again, and the
 lock that keeps a transcript to one writer (tried against other processes, and a killed one)."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from harness import sessions
-from harness.sessions import SessionError
+from minimal_agent import sessions
+from minimal_agent.sessions import SessionError
 
 T0 = 1_790_000_000  # an mtime: the transcripts' "last change", a second apart from here on
 READ_CALL = {"id": "c1", "type": "function", "function": {"name": "read_file", "arguments": "{}"}}
@@ -348,7 +348,7 @@ def test_save_onto_a_conversation_is_refused(tmp_path):
 HOLD = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
-from harness import sessions
+from minimal_agent import sessions
 try:
     transcript = sessions.open_for_append(sys.argv[1])
 except sessions.SessionError as error:

@@ -24,7 +24,7 @@ WORST_MOMENT = """
 import os, signal, subprocess, sys
 sys.path.insert(0, {root!r})
 import agent
-from harness import cli
+from minimal_agent import cli
 
 
 class SignalledAtTheWorstMoment(subprocess.Popen):

@@ -14,7 +14,7 @@ from conftest import ROOT, alive, execute, use_workspace
 from fake_model import tool_call
 
 import agent
-from harness import display, files
+from minimal_agent import display, files
 
 
 @pytest.fixture

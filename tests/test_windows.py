@@ -23,7 +23,7 @@ from conftest import ROOT, WORKSPACE, clean_env, execute, finish, run_agent, stu
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
-from harness import processes
+from minimal_agent import processes
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="simulates Windows elsewhere")
 
@@ -41,7 +41,7 @@ for name in {posix_only!r}:
 import types
 sys.modules["msvcrt"] = types.SimpleNamespace(LK_NBLCK=2, locking=lambda fd, mode, size: None)
 sys.path.insert(0, {root!r})
-from harness import cli
+from minimal_agent import cli
 sys.exit(cli.main())
 """
 POSIX_ONLY = ["SIGHUP", "SIGKILL", "SIGQUIT", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGUSR1",

@@ -33,7 +33,7 @@ import math
 from collections.abc import Callable, Mapping
 
 import model_client
-from harness.display import one_line, short_arguments
+from minimal_agent.display import one_line, short_arguments
 
 # --- Settings ---------------------------------------------------------------------------------
 

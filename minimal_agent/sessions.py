@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from harness.display import one_line
+from minimal_agent.display import one_line
 from model_client import AgentError
 
 APP = "minimal-agent"

@@ -45,7 +45,7 @@ class Transcript:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Transcript:
-        from harness import sessions
+        from minimal_agent import sessions
 
         new = not os.path.exists(path) or os.path.getsize(path) == 0
         return cls(path, sessions.open_for_append(path), new)
@@ -213,7 +213,7 @@ def json_kind(value: object) -> str:
 
 def show_transcript(path: str) -> int:
     """--show: print a saved transcript as a readable timeline."""
-    from harness.display import one_line, say, short_arguments
+    from minimal_agent.display import one_line, say, short_arguments
 
     try:
         lines = transcript_lines(path, tolerant=True)

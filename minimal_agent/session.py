@@ -8,8 +8,8 @@ import json
 import os
 
 import model_client
-from harness import display  # and harness.cost where a price is needed: --help stays fast
-from harness.transcripts import Conversation, Transcript, answers_to_open_calls
+from minimal_agent import display  # and minimal_agent.cost where a price is needed: --help stays fast
+from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_calls
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
 AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
@@ -24,8 +24,8 @@ class Session:
 
     system_prompt starts a new conversation (with AGENTS.md from the workdir added); history is
     a conversation to go on with; save is the transcript's path (appended to, never rewritten).
-    prices (harness.cost.Prices or None) price each reply; max_cost stops the session before a
-    request once it has spent that much; window (harness.context_window.Window or None) keeps
+    prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
+    request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window.
     """
 
@@ -69,7 +69,7 @@ class Session:
         cut-short turn left open answered, and task appended."""
         messages = self.messages
         if not messages:
-            from harness import sessions
+            from minimal_agent import sessions
 
             messages.save(sessions.session_event(self.workspace.folder, self.model))
             messages.append({"role": "system", "content": self.system_message})
@@ -122,7 +122,7 @@ class Session:
 
     def within_window(self, client, request: dict, messages: list[dict]) -> list[dict]:
         """What to send: the conversation, compacted first if this request would pass the
-        threshold of the context window (harness/context_window.py)."""
+        threshold of the context window (minimal_agent/context_window.py)."""
         if not self.window:
             return messages
         self.keep(self.window.before_request(messages, self.summarizer(client, request)))
@@ -142,7 +142,7 @@ class Session:
     def compact_now(self, client, model: str) -> None:
         """/compact in --chat: compact everything said so far, now."""
         if not self.window:
-            from harness.context_window import Window
+            from minimal_agent.context_window import Window
 
             self.window = Window(None)
         request = {"model": model, **self.limits}
@@ -153,7 +153,7 @@ class Session:
     def keep(self, record: dict | None) -> dict | None:
         """A compaction's record into the transcript, and its line for the user."""
         if record:
-            from harness.context_window import describe
+            from minimal_agent.context_window import describe
 
             self.messages.save(record)
             display.say(describe(record, self.window.size))
@@ -181,7 +181,7 @@ class Session:
         return summarize
 
     def check_budget(self) -> None:
-        from harness import cost
+        from minimal_agent import cost
 
         if self.max_cost is not None and self.total["cost"] >= self.max_cost:
             spent = cost.money(self.total["cost"], self.prices.currency)
@@ -211,7 +211,7 @@ class Session:
             if warning:  # it begins with "warning:" itself
                 display.say(warning)
             if self.window.size:  # one tool result never fills the window
-                from harness.context_window import result_cap
+                from minimal_agent.context_window import result_cap
 
                 limit = result_cap(self.window.size)
                 self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
@@ -219,7 +219,7 @@ class Session:
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
         the transcript; returns its token counts."""
-        from harness import cost
+        from minimal_agent import cost
 
         counts = cost.token_counts(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
@@ -242,7 +242,7 @@ class Session:
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
 
     def counts(self, totals: dict) -> str:
-        from harness import cost
+        from minimal_agent import cost
 
         usage = totals["usage"]
         money = f", cost {cost.money(totals['cost'], self.prices.currency)}" if self.prices else ""

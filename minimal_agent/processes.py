@@ -13,7 +13,7 @@ import contextlib
 import os
 import sys
 
-from harness import files
+from minimal_agent import files
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
 SHELL_NAME = (  # run_shell's parameter description: the model should know which shell it gets

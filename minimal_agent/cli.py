@@ -27,12 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     if args.show:
-        from harness.transcripts import show_transcript
+        from minimal_agent.transcripts import show_transcript
 
         return show_transcript(args.show)
     import agent
     import model_client
-    from harness import display, processes
+    from minimal_agent import display, processes
 
     processes.exit_on_termination()
     config: dict = {}  # for the error hints, whatever fails first
@@ -299,7 +299,7 @@ def check_budget(
 ) -> None:
     """--max-cost for a model without a known price: a usage error (exit 2), before anything
     starts. (LLM_MAX_COST is a setting: open_session refuses it as one, exit 1.)"""
-    from harness import cost
+    from minimal_agent import cost
     from model_client import AgentError
 
     if not args.max_cost:
@@ -352,7 +352,7 @@ def check_paths(args: argparse.Namespace) -> None:
         raise AgentError(
             f"--save {save}: the folder {folder} does not exist; create it or save elsewhere"
         )
-    from harness.sessions import check_new_save
+    from minimal_agent.sessions import check_new_save
 
     check_new_save(save)
 
@@ -361,8 +361,8 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set."""
     import agent
-    from harness import cost, sessions
-    from harness.session import Session
+    from minimal_agent import cost, sessions
+    from minimal_agent.session import Session
     from model_client import AgentError
 
     try:
@@ -405,7 +405,7 @@ def context_window(config: dict, model: str, max_tokens: int | None, server: dic
     server (in the background; not for --replay, which has none), else known models."""
     import agent
     import model_client
-    from harness.context_window import Window, compact_at_setting
+    from minimal_agent.context_window import Window, compact_at_setting
 
     settings = {"context_tokens": config.get("LLM_CONTEXT_TOKENS"), "model": model}
     if server:
@@ -421,9 +421,9 @@ def context_window(config: dict, model: str, max_tokens: int | None, server: dic
 def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
     """-c or -r: the transcript's path, its messages (checked before anything is sent or
     added), and its last compaction record (or None)."""
-    from harness import display, sessions
-    from harness.context_window import split_transcript
-    from harness.transcripts import check_conversation, transcript_lines
+    from minimal_agent import display, sessions
+    from minimal_agent.context_window import split_transcript
+    from minimal_agent.transcripts import check_conversation, transcript_lines
     from model_client import AgentError
 
     folder = sessions_folder(config)
@@ -451,7 +451,7 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
 
 def say_where_saved(session, args: argparse.Namespace) -> None:
     """After a conversation saved in the sessions folder, on a terminal: how to go on with it."""
-    from harness import display
+    from minimal_agent import display
 
     transcript = session and session.transcript
     if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
@@ -460,7 +460,7 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
 
 
 def list_sessions(config: dict) -> int:
-    from harness import sessions
+    from minimal_agent import sessions
 
     for line in sessions.sessions_report(sessions_folder(config)):
         print(line)
@@ -470,7 +470,7 @@ def list_sessions(config: dict) -> int:
 def sessions_folder(config: dict):
     """Where conversations are saved: LLM_SESSIONS_DIR (config.env or the environment), else
     the platform's usual place for the user's state."""
-    from harness import sessions
+    from minimal_agent import sessions
 
     chosen = config.get("LLM_SESSIONS_DIR")
     return sessions.sessions_dir({**os.environ, **({"LLM_SESSIONS_DIR": chosen} if chosen else {})})
@@ -512,7 +512,7 @@ def max_tokens_setting(config: dict) -> int | None:
 def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
     With --chat, none yet: chat() asks for the first message as for every other."""
-    from harness.display import say
+    from minimal_agent.display import say
 
     if args.chat:
         return ""
@@ -569,7 +569,7 @@ def report_bug(save: str | None) -> int:
     """Called inside an except block: an error no user can cause; keep its traceback."""
     import traceback
 
-    from harness.display import say
+    from minimal_agent.display import say
 
     traceback.print_exc()
     transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
