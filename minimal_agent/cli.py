@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
             source = f"model {model} at {config['base_url']}"
+        processes.keep_key_from_commands(config["api_key"], config["LLM_PASS_ENV"])
         if args.sandbox:
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
@@ -114,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
         "4 the answer is cut off or empty, 130 interrupted. Settings (config.env beside "
         "agent.py, or the environment): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
-        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT; see the README.",
+        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_PASS_ENV; see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")

@@ -177,3 +177,55 @@ def end_piece(kind: str | None) -> None:
     if kind:
         sys.stderr.write(("\033[0m" if kind == "thinking" and colour() else "") + "\n")
         sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def command_output(lines: int = 5):
+    """While a command runs: on a terminal, the last lines of its output (dimmed, control
+    characters escaped) and the seconds it has run, redrawn in place on stderr at most ten
+    times a second and wiped when it ends, so the step lines stay as they were. Yields the
+    function that takes the output as it arrives (from the thread reading it), or None where
+    nothing is drawn (a pipe, a log, a debugger's prompt)."""
+    if not sys.stderr.isatty() or debugger_attached():
+        yield None
+        return
+    import shutil
+    import threading  # here, not at the top, to keep --help's start-up fast
+
+    started, done, lock = time.monotonic(), threading.Event(), threading.Lock()
+    seen = {"recent": "", "drawn": 0, "second": -1, "changed": False}
+    dim, plain = ("\033[2m", "\033[0m") if colour() else ("", "")
+
+    def take(text: str) -> None:  # only this thread writes "recent": no lock needed
+        seen["recent"] = (seen["recent"] + text)[-8192:]
+        seen["changed"] = True
+
+    def back() -> str:  # to the start of the first line drawn, wiping it and all below
+        return (f"\033[{seen['drawn'] - 1}F" if seen["drawn"] > 1 else "\r") + "\033[J"
+
+    def draw() -> None:
+        width = max(shutil.get_terminal_size().columns - 9, 20)  # never wraps: lines counted
+        tail = [line.rsplit("\r", 1)[-1] for line in seen["recent"].rstrip("\n").split("\n")]
+        shown = [f"      | {one_line(line, width)}" for line in tail[-lines:] if line.strip()]
+        shown.append(f"      running {seen['second']} s")
+        sys.stderr.write(back() + dim + "\n".join(shown) + plain)
+        sys.stderr.flush()
+        seen["drawn"] = len(shown)
+
+    def redraw() -> None:
+        while not done.wait(0.1):
+            with lock:  # never a drawing after the wipe
+                second = int(time.monotonic() - started)
+                if not done.is_set() and (seen["changed"] or second != seen["second"]):
+                    seen["changed"], seen["second"] = False, second
+                    draw()
+
+    threading.Thread(target=redraw, daemon=True).start()
+    try:
+        yield take
+    finally:
+        with lock:
+            done.set()
+            if seen["drawn"]:
+                sys.stderr.write(back())
+                sys.stderr.flush()

@@ -19,8 +19,18 @@ from pathlib import Path
 
 import pexpect
 import pytest
-from conftest import alive, clean_env, execute, finish, run_agent, run_in_process, spawn
-from conftest import stub_env, use_workspace, wait_for
+from conftest import (
+    alive,
+    clean_env,
+    execute,
+    finish,
+    run_agent,
+    run_in_process,
+    spawn,
+    stub_env,
+    use_workspace,
+    wait_for,
+)
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_sandbox import all_gone, processes_running
@@ -41,7 +51,10 @@ SHELL_OWN = {"PWD", "OLDPWD", "SHLVL", "_"}  # what /bin/sh itself may add
 def echoed(command: str) -> list:
     """A script: the model runs command, then answers with exactly what it got back."""
     call = tool_call("run_shell", {"command": command}, "c1")
-    return [reply(None, call, reasoning=""), lambda request: reply(request["messages"][-1]["content"])]
+    return [
+        reply(None, call, reasoning=""),
+        lambda request: reply(request["messages"][-1]["content"]),
+    ]
 
 
 def run_env(workdir: Path, *options: str, **settings: str):
@@ -157,15 +170,16 @@ def test_only_the_systems_folders_the_workdir_and_a_private_tmp_are_there(sandbo
 def test_no_home_folder_is_there(sandboxed, outside, monkeypatch):
     home = outside / "home"
     home.mkdir()
-    (home / ".netrc").write_text("home-secret")
+    (home / ".netrc").write_text("HOME-SECRET")
     monkeypatch.setenv("HOME", str(home))
     own = Path(pwd.getpwuid(os.getuid()).pw_dir) / f".fence-probe-{os.getpid()}"
-    own.write_text("own-home-secret")
+    own.write_text("OWN-HOME-SECRET")
     try:
-        seen = shell(f'cat "$HOME/.netrc"; cat "{own}"; ls -A "$HOME" "{own.parent}"; echo "$HOME"')
+        seen = shell(f'cat "$HOME/.netrc" "{own}"; ls -A "$HOME" "{own.parent}"; echo "$HOME"')
     finally:
         own.unlink()
-    assert "secret" not in seen and ".fence-probe" not in seen
+    assert "SECRET" not in seen, seen
+    assert seen.count("No such file or directory") == 4, seen
     assert seen.endswith(f"{home}\n")  # HOME is set, and names nothing there
 
 
@@ -174,12 +188,13 @@ def test_a_workdir_inside_the_home_folder_is_there_and_nothing_else_of_it(outsid
     home = outside / "home"
     (home / "project").mkdir(parents=True)
     (home / ".ssh").mkdir()
-    (home / ".ssh" / "id_ed25519").write_text("private key")
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE-KEY")
     monkeypatch.setenv("HOME", str(home))
     use_workspace(home / "project", timeout=10, yes=True, sandbox=True)
     seen = shell('ls -A "$HOME"; cat "$HOME/.ssh/id_ed25519"; echo made > made.txt && cat made.txt')
-    assert "private key" not in seen and ".ssh" not in seen
-    assert seen.endswith("project\nmade\n")
+    assert "PRIVATE-KEY" not in seen
+    assert seen.startswith("exit code 0\nproject\n")  # all there is of the home folder
+    assert seen.endswith("\nmade\n")
     assert (home / "project" / "made.txt").read_text() == "made\n"
 
 
@@ -206,7 +221,7 @@ def test_no_ipc_is_shared_with_the_host(sandboxed):
     key = random.randint(1 << 20, 1 << 30)
     segment = libc.shmget(key, 4096, 0o1000 | 0o600)  # IPC_CREAT, as a host program would
     assert segment >= 0, os.strerror(ctypes.get_errno())
-    find = f"python3 -c \"import ctypes; print(ctypes.CDLL(None).shmget({key}, 0, 0))\""
+    find = f'python3 -c "import ctypes; print(ctypes.CDLL(None).shmget({key}, 0, 0))"'
     try:
         inside = shell(find)
         use_workspace(sandboxed, timeout=10, yes=True, sandbox=False)
@@ -295,7 +310,10 @@ LIVE_RESULT = "exit code 0\nfirst-line\ntitle \x1b]0;OWNED\x07 end\nlast-line\n"
 
 @pytest.mark.posix("a pseudo-terminal (pexpect.spawn) and /bin/sh")
 def test_a_running_commands_output_shows_live_escaped_and_the_model_gets_all_of_it(workdir):
-    script = [reply(None, tool_call("run_shell", {"command": LIVE}, "c1"), reasoning=""), reply("done")]
+    script = [
+        reply(None, tool_call("run_shell", {"command": LIVE}, "c1"), reasoning=""),
+        reply("done"),
+    ]
     with StubServer(script) as server:
         child = spawn(server, "--workdir", str(workdir), "--yes", "--no-stream", "live")
         child.logfile_read = screen = io.StringIO()
