@@ -3,10 +3,11 @@ results are appended to `messages`, and the model is asked again, until a reply 
 calls or MAX_STEPS requests have been made.
 
 Read it top to bottom: the settings, the three tools, TOOLS and TOOL_MAP, executing one call,
-run() (the loop) and chat() (turn after turn). The lesson ends where a line says so. What
-surrounds it lives elsewhere, each concern in one place: everything about servers in
-model_client.py; the command line, the terminal display, processes and the sandbox,
-transcripts, cost and the context window in minimal_agent/.  `python agent.py --help` lists the options.
+run() (the loop) and chat() (turn after turn). The lesson ends where a line says so. The
+settings and the client come from model_client.py; what surrounds the loop lives in the package
+minimal_agent/, each concern in the module named for it (the command line, the display,
+processes and the sandbox, requests and replies, transcripts, cost, the context window).
+`python agent.py --help` lists the options.
 """
 
 from __future__ import annotations  # annotations stay text, so Python 3.8 gets to the check
@@ -23,7 +24,8 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from minimal_agent import display, files, processes, tool_schema  # noqa: E402
+from minimal_agent import cli, display, files, processes, replies, tool_schema  # noqa: E402
+from minimal_agent.errors import AgentError  # noqa: E402
 from minimal_agent.session import Session  # noqa: E402
 
 # --- Settings ---------------------------------------------------------------------------
@@ -196,7 +198,7 @@ def run(
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
-    session = session or Session(SYSTEM_PROMPT, **options)
+    session = session or new_session(options)
     messages = session.start(task)  # the conversation so far, the task appended
     request = {"model": model, "tools": TOOLS, **session.limits}
 
@@ -206,10 +208,10 @@ def run(
         resp = session.ask(client, request, messages, step)
         msg = resp.choices[0].message
         finish_reason = resp.choices[0].finish_reason  # "length": cut off, its calls won't run
-        assistant, not_run = model_client.assistant_message(msg, finish_reason, len(messages))
+        assistant, not_run = replies.assistant_message(msg, finish_reason, len(messages))
         messages.append(assistant)  # appended only (and saved at once): nothing is rewritten
         if "tool_calls" not in assistant:
-            text, complete = model_client.final_answer(msg, finish_reason)
+            text, complete = replies.final_answer(msg, finish_reason)
             display.show_answer(text, streamed=session.stream)
             return session.finish("finished" if complete else "incomplete", text)
         for call in assistant["tool_calls"]:  # one tool message per call, in order
@@ -245,7 +247,7 @@ def chat(
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
-    session = session or Session(SYSTEM_PROMPT, **options)
+    session = session or new_session(options)
     result = {"text": None, "stop_reason": "finished"}  # what a session of no turns returns
     display.chat_hint()
     message = task or display.next_message()
@@ -272,22 +274,20 @@ def check_tools() -> None:
     for number, tool in enumerate(TOOLS, 1):
         problem = tool_schema.schema_mistake(tool)
         if problem:
-            raise model_client.AgentError(
-                f"{tool_schema.tool_label(tool, number)} in TOOLS {problem}"
-            )
+            raise AgentError(f"{tool_schema.tool_label(tool, number)} in TOOLS {problem}")
         name = tool["function"]["name"]
         if name in schemas:
-            raise model_client.AgentError(f"the tool {name!r} has two schemas in TOOLS: keep one")
+            raise AgentError(f"the tool {name!r} has two schemas in TOOLS: keep one")
         schemas[name] = tool
     for name in schemas:
         if name not in TOOL_MAP:
-            raise model_client.AgentError(
+            raise AgentError(
                 f"the tool {name!r} has a schema in TOOLS but no function in TOOL_MAP: add "
                 f'"{name}": {name} to TOOL_MAP (or remove its schema)'
             )
     for name in TOOL_MAP:
         if name not in schemas:
-            raise model_client.AgentError(
+            raise AgentError(
                 f"the tool {name!r} is in TOOL_MAP but has no schema in TOOLS, so the model "
                 "cannot call it: add its schema to TOOLS (see the README's 'Add a tool')"
             )
@@ -295,7 +295,7 @@ def check_tools() -> None:
         parameters = tool["function"].get("parameters", {})
         problem = tool_schema.signature_mistake(TOOL_MAP[name], parameters)
         if problem:
-            raise model_client.AgentError(f"the function of the tool {name!r} {problem}")
+            raise AgentError(f"the function of the tool {name!r} {problem}")
 
 
 def call_problem(name: str, args: object) -> str | None:
@@ -307,7 +307,17 @@ def call_problem(name: str, args: object) -> str | None:
     return tool_schema.arguments_problem(name, schema, args)
 
 
-if __name__ == "__main__":
-    from minimal_agent import cli
+def new_session(options: dict) -> Session:
+    """The session of a run() or chat() called without one: options are Session's arguments,
+    and the tools work in the default workdir unless options name a workspace."""
+    return Session(SYSTEM_PROMPT, options.pop("workspace", None) or Workspace(), **options)
 
-    sys.exit(cli.main())
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (`python agent.py --help`): the package's cli runs this lesson's loop
+    with this lesson's settings, tools and client."""
+    return cli.main(sys.modules[__name__], argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,27 @@
-"""The agent's machinery below the lesson: each concern in a module of its own."""
+"""The machinery around the lesson (agent.py and model_client.py), each concern in the module
+named for it. The lesson imports this package; nothing here imports the lesson: what the
+command line needs from it is handed to cli.main().
+
+    cli             the command line: options, settings checked, session opened, exit codes
+    session         what lasts a whole session: workspace, conversation, totals, budget, window
+    completions     one request to the model, plain or streamed, and servers' stream repairs
+    replies         the assistant message sent back in the history; the answer to show
+    errors          AgentError, and the one line that explains an API error
+    display         everything the user sees on stderr, and the approval prompt
+    processes       run_shell's process group, time-out, signals, and the sandbox
+    files           capped reads and atomic writes
+    tool_schema     a tool's schema, its function and a call's arguments checked
+    transcripts     the conversation written as JSON Lines, read back, shown (--show)
+    sessions        the sessions folder: IDs, listing, finding one again, one writer each
+    replay          --replay: a client that serves a transcript's replies
+    cost            prices, peak hours, what a reply cost
+    models          what is known of each model by name: context window, prices
+    context_window  compaction, and a server's "the context is full"
+    window_probe    how large the server's context window is
+
+Imports inside functions, all for start-up time (`agent.py --help` must stay close to a bare
+`import argparse`): the packages openai, pydantic and python-dotenv (half a second, and only a
+request needs them), and from the standard library urllib.request (40 ms of http, email and
+ssl), threading, subprocess, signal, shutil, inspect and difflib, each where it is used; and
+fcntl or msvcrt, which exist on one system each.
+"""

@@ -9,6 +9,14 @@ import argparse
 import os
 import sys
 
+from minimal_agent import cost, display, processes, sessions
+from minimal_agent.context_window import Window, compact_at_setting, split_transcript
+from minimal_agent.errors import AgentError, describe_api_error
+from minimal_agent.replay import ReplayClient
+from minimal_agent.session import Session
+from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
+from minimal_agent.window_probe import find_window
+
 VERSION = "0.2.0"  # pyproject.toml's version
 PYTHON = "python" if sys.platform == "win32" else "python3"  # the interpreter's name on PATH
 DEMO_TASK = (
@@ -18,22 +26,20 @@ DEMO_TASK = (
 EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """python agent.py [options] [TASK ...]; returns the exit code (see the README). argv None:
+def main(lesson, argv: list[str] | None = None) -> int:
+    """python agent.py [options] [TASK ...]; returns the exit code (see the README).
+
+    lesson is agent.py's module, handed over by agent.main(): its settings, Workspace,
+    check_tools(), run() and chat(), and the model_client it takes its client from. argv None:
     called as the program, from the command line's own arguments."""
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    parser = build_parser()
+    parser = build_parser(lesson)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     if args.show:
-        from minimal_agent.transcripts import show_transcript
-
         return show_transcript(args.show)
-    import agent
-    import model_client
-    from minimal_agent import display, processes
-
+    agent, model_client = lesson, lesson.model_client
     processes.exit_on_termination()
     config: dict = {}  # for the error hints, whatever fails first
     session = None
@@ -42,12 +48,12 @@ def main(argv: list[str] | None = None) -> int:
         if args.sessions:
             return list_sessions(config)
         agent.check_tools()
-        check_options(parser, args)
+        check_options(parser, args, model_client.odd_character)
         check_paths(args)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
         if args.replay:
-            client = model_client.ReplayClient(args.replay, notify=display.say)
+            client = ReplayClient(args.replay, notify=display.say)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
@@ -57,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
         display.say(f"{source}; workdir {args.workdir}{sandboxed}")
-        session = open_session(args, config, model)
+        session = open_session(agent, args, config, model)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
         result = (agent.chat if args.chat else agent.run)(
@@ -66,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         display.say("interrupted")
         return 130
-    except model_client.AgentError as error:
+    except AgentError as error:
         display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
         if session and type(error).__name__ == "BudgetReached":
             display.say(session.counts(session.total))
@@ -85,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         save = session and session.transcript and session.transcript.path
         context = {"model": args.model or config.get("model"), "save": save}
-        message = model_client.describe_api_error(
-            error, config, timeout=args.request_timeout, **context
-        )
+        message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
             return report_bug(save)
         display.say(f"error: {message}")
@@ -99,10 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     return EXIT_CODES[result["stop_reason"]]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from agent import MAX_STEPS, SHELL_TIMEOUT, WORKDIR
-    from model_client import REQUEST_TIMEOUT
-
+def build_parser(lesson) -> argparse.ArgumentParser:
+    """The options, their defaults taken from the lesson's settings (see main())."""
     parser = argparse.ArgumentParser(
         prog="agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
@@ -120,12 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
     add("--version", action="version", version=f"%(prog)s {VERSION}")
-    add("--workdir", default=WORKDIR, help="folder the tools act in (default: %(default)s)")
-    add("--model", type=model_name, help="model name (default: LLM_MODEL, else deepseek-flash)")
+    add("--workdir", default=lesson.WORKDIR, help="folder the tools act in (default: %(default)s)")
+    add("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
     add(
         "--max-steps",
         type=positive(int),
-        default=MAX_STEPS,
+        default=lesson.MAX_STEPS,
         metavar="N",
         help="stop after N model requests in a run or --chat turn (default: %(default)s)",
     )
@@ -146,7 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--request-timeout",
         type=positive(float),
-        default=REQUEST_TIMEOUT,
+        default=lesson.model_client.REQUEST_TIMEOUT,
         metavar="SECONDS",
         help="give up an attempt when the server sends nothing for this long (default: "
         "%(default)g; the SDK makes up to three attempts)",
@@ -167,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     add(
         "--timeout",
         type=positive(float),
-        default=SHELL_TIMEOUT,
+        default=lesson.SHELL_TIMEOUT,
         metavar="SECONDS",
         help="time limit for each shell command (default: %(default)g)",
     )
@@ -247,15 +249,6 @@ def wrapped(text: str, width: int) -> list[str]:
     return [*lines, line] if line else lines
 
 
-def model_name(text: str) -> str:
-    from model_client import odd_character
-
-    problem = odd_character(text, invisible_only=True)
-    if problem:
-        raise argparse.ArgumentTypeError(f"the name contains {problem}")
-    return text
-
-
 def positive(kind):
     def convert(text: str):
         try:
@@ -275,8 +268,12 @@ def recovered(argv: list[str]) -> list[str]:
     return [os.fsencode(arg).decode("utf-8", "replace") for arg in argv]
 
 
-def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Options that cannot go together, or a file given where none is taken: exit 2."""
+def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd_character) -> None:
+    """Options that cannot go together, a file given where none is taken, or a --model name
+    with an invisible character (odd_character: model_client's check of settings): exit 2."""
+    problem = args.model and odd_character(args.model, invisible_only=True)
+    if problem:
+        parser.error(f"argument --model: the name contains {problem}")
     resuming = args.continue_last or args.resume
     if args.continue_last and args.resume:
         parser.error("-c (the most recent conversation) and -r (a chosen one): give one of them")
@@ -300,9 +297,6 @@ def check_budget(
 ) -> None:
     """--max-cost for a model without a known price: a usage error (exit 2), before anything
     starts. (LLM_MAX_COST is a setting: open_session refuses it as one, exit 1.)"""
-    from minimal_agent import cost
-    from model_client import AgentError
-
     if not args.max_cost:
         return
     try:
@@ -328,8 +322,6 @@ def looks_like_a_file(word: str) -> bool:
 
 def check_paths(args: argparse.Namespace) -> None:
     """Refuse a --workdir or --save that cannot work, naming the option, before any request."""
-    from model_client import AgentError
-
     workdir, save = args.workdir, args.save
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise AgentError(
@@ -353,19 +345,13 @@ def check_paths(args: argparse.Namespace) -> None:
         raise AgentError(
             f"--save {save}: the folder {folder} does not exist; create it or save elsewhere"
         )
-    from minimal_agent.sessions import check_new_save
-
-    check_new_save(save)
+    sessions.check_new_save(save)
 
 
-def open_session(args: argparse.Namespace, config: dict, model: str):
+def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> Session:
     """The session for this start: a new conversation saved in the sessions folder (or
-    --save's file, or nowhere), or a saved one to resume; prices, budget and window set."""
-    import agent
-    from minimal_agent import cost, sessions
-    from minimal_agent.session import Session
-    from model_client import AgentError
-
+    --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
+    agent is the lesson's module (see main())."""
     try:
         prices = cost.prices_for(model, config)
     except cost.PriceError as error:
@@ -380,7 +366,8 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(sessions_folder(config))
     max_tokens = args.max_tokens or max_tokens_setting(config)
-    window = context_window(config, model, max_tokens, None if args.replay else config)
+    server = None if args.replay else config
+    window = context_window(config, model, max_tokens, server, agent.TOOLS)
     if compaction:
         try:
             window.restore(compaction, history)
@@ -388,8 +375,8 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
             raise AgentError(f"{save}: {error}") from None
     return Session(
         agent.SYSTEM_PROMPT,
+        workspace,
         model=model,
-        workspace=workspace,
         history=history,
         save=save,
         stream=streaming(args),
@@ -401,32 +388,25 @@ def open_session(args: argparse.Namespace, config: dict, model: str):
     )
 
 
-def context_window(config: dict, model: str, max_tokens: int | None, server: dict | None):
+def context_window(
+    config: dict, model: str, max_tokens: int | None, server: dict | None, tools: list[dict]
+) -> Window:
     """The context window's keeper: its size from LLM_CONTEXT_TOKENS, else asked from the
     server (in the background; not for --replay, which has none), else known models."""
-    import agent
-    import model_client
-    from minimal_agent.context_window import Window, compact_at_setting
-
     settings = {"context_tokens": config.get("LLM_CONTEXT_TOKENS"), "model": model}
     if server:
         settings.update(base_url=server["base_url"], api_key=server["api_key"])
     try:
-        size = model_client.find_window(settings)
+        size = find_window(settings)
         compact_at = compact_at_setting(config.get("LLM_COMPACT_AT"))
     except ValueError as error:
-        raise model_client.AgentError(str(error)) from None
-    return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=agent.TOOLS)
+        raise AgentError(str(error)) from None
+    return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=tools)
 
 
 def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
     """-c or -r: the transcript's path, its messages (checked before anything is sent or
     added), and its last compaction record (or None)."""
-    from minimal_agent import display, sessions
-    from minimal_agent.context_window import split_transcript
-    from minimal_agent.transcripts import check_conversation, transcript_lines
-    from model_client import AgentError
-
     folder = sessions_folder(config)
     if args.resume:
         path = sessions.resolve(args.resume, folder)
@@ -452,8 +432,6 @@ def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
 
 def say_where_saved(session, args: argparse.Namespace) -> None:
     """After a conversation saved in the sessions folder, on a terminal: how to go on with it."""
-    from minimal_agent import display
-
     transcript = session and session.transcript
     if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
         name = os.path.basename(transcript.path).removesuffix(".jsonl")
@@ -461,8 +439,6 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
 
 
 def list_sessions(config: dict) -> int:
-    from minimal_agent import sessions
-
     for line in sessions.sessions_report(sessions_folder(config)):
         print(line)
     return 0
@@ -471,16 +447,12 @@ def list_sessions(config: dict) -> int:
 def sessions_folder(config: dict):
     """Where conversations are saved: LLM_SESSIONS_DIR (config.env or the environment), else
     the platform's usual place for the user's state."""
-    from minimal_agent import sessions
-
     chosen = config.get("LLM_SESSIONS_DIR")
     return sessions.sessions_dir({**os.environ, **({"LLM_SESSIONS_DIR": chosen} if chosen else {})})
 
 
 def money_setting(config: dict, name: str) -> float | None:
     """A setting that is an amount of money above 0, or None when it is not set."""
-    from model_client import AgentError
-
     text = config.get(name) or ""
     if not text:
         return None
@@ -502,8 +474,6 @@ def streaming(args: argparse.Namespace) -> bool:
 
 def max_tokens_setting(config: dict) -> int | None:
     """LLM_MAX_TOKENS as a number, or None when it is not set."""
-    from model_client import AgentError
-
     text = config["max_tokens"]
     if text and not (text.isdigit() and int(text) > 0):
         raise AgentError(f"LLM_MAX_TOKENS must be a whole number above 0, not {text!r}")
@@ -513,16 +483,14 @@ def max_tokens_setting(config: dict) -> int | None:
 def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
     """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
     With --chat, none yet: chat() asks for the first message as for every other."""
-    from minimal_agent.display import say
-
     if args.chat:
         return ""
     if sys.stdin.isatty():
         if args.continue_last or args.resume:
             parser.error("-c and -r need the next message: give it as words, or add --chat")
-        say(f"no task given; running the demo task: {DEMO_TASK}")
+        display.say(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
-    say(
+    display.say(
         "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
         "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
     )
@@ -570,11 +538,9 @@ def report_bug(save: str | None) -> int:
     """Called inside an except block: an error no user can cause; keep its traceback."""
     import traceback
 
-    from minimal_agent.display import say
-
     traceback.print_exc()
     transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
-    say(
+    display.say(
         "this is a bug in the agent, not something you did: please report it on the project's "
         f"issue tracker (see the README) with the traceback above; {transcript}"
     )

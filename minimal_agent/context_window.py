@@ -1,8 +1,7 @@
 """Keep the conversation inside the model's context window.
 
-The window's size and a server's "the context is full" error are about servers, so they are
-model_client's: find_window() (LLM_CONTEXT_TOKENS, else asked from the server in a background
-thread, else a table of known models), is_context_overflow(), window_in_error().
+How large the window is, is window_probe.py's question. A server's "the context is full" error
+is recognized here, at the end: is_context_overflow(), window_in_error().
 
 Compaction, pure functions over chat messages (never changed in place): estimate_tokens(),
 elide_tool_results() (step 1: the oldest tool results become short notes), summary_split(),
@@ -30,9 +29,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 
-import model_client
 from minimal_agent.display import one_line, short_arguments
 
 # --- Settings ---------------------------------------------------------------------------------
@@ -472,7 +471,7 @@ class Window:
         before the window was known) is what overflows most often; the model can call the tool
         again, and gets a result capped for the smaller window then."""
         sent = self.estimate(messages) + self.reserve
-        named = model_client.window_in_error(error)
+        named = window_in_error(error)
         if named:
             self.size = named
         elif not self.size or sent < self.size:
@@ -611,3 +610,51 @@ def describe(record: Mapping, window: int | None = None) -> str:
         f"context: compacted the conversation ({what}): about {record['tokens_before']:,} -> "
         f"{record['tokens_after']:,} tokens{of}"
     )
+
+
+# --- A full context: whether the server said the conversation does not fit -------------
+
+OVERFLOW = (  # what a server says when the conversation does not fit its context window
+    r"maximum context length is"  # DeepSeek, vLLM (and OpenAI)
+    r"|exceed_context_size_error|exceeds the available context size"  # llama.cpp
+    r"|prompt is longer than the context length"  # Ollama with context shift off
+    r"|context_length_exceeded"  # OpenAI's code
+)
+
+
+def is_context_overflow(error: object) -> bool:
+    """Whether an API error (openai.APIStatusError, or anything with status_code, body or
+    message) says the conversation does not fit the model's context window."""
+    status = getattr(error, "status_code", None)
+    if isinstance(status, int) and status < 400:
+        return False
+    return re.search(OVERFLOW, error_text(error), re.IGNORECASE) is not None
+
+
+def window_in_error(error: object) -> int | None:
+    """The window an overflow error names (DeepSeek, vLLM: "maximum context length is N";
+    llama.cpp: n_ctx), or None (Ollama names none)."""
+    body = getattr(error, "body", None)
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and whole(inner.get("n_ctx")):
+            return whole(inner["n_ctx"])
+    text = error_text(error)
+    match = re.search(r"maximum context length is (\d+)|context size \((\d+) tokens\)", text)
+    return whole(int(match.group(1) or match.group(2))) if match else None
+
+
+def error_text(error: object) -> str:
+    parts = [str(getattr(error, "message", "") or "")]
+    body = getattr(error, "body", None)
+    if body is not None:
+        parts.append(body if isinstance(body, str) else json.dumps(body, default=str))
+    parts.append(str(error))
+    return "\n".join(parts)
+
+
+def whole(value: object) -> int | None:
+    """value if it is a whole number of tokens above 0, else None."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return int(value) if value >= 1 and value == int(value) else None

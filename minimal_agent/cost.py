@@ -24,17 +24,8 @@ import math
 import time
 from collections.abc import Mapping
 
-# Source: DeepSeek API docs, "Models & Pricing", checked 2026-11-15 (peak prices in force since
-# 2026-08-16 16:00 UTC). Off-peak price per 1M tokens: (input cache hit, input cache miss, output).
-PRICE_SOURCE = 'DeepSeek API docs, "Models & Pricing", checked 2026-11-15'
-OFF_PEAK = {
-    "deepseek-flash": {"USD": (0.003, 0.15, 0.60), "CNY": (0.02, 1.0, 4.0)},
-    "deepseek-v4-pro": {"USD": (0.022, 0.66, 1.98), "CNY": (0.15, 4.5, 13.5)},
-}
-BILLED_AS = {  # legacy names DeepSeek still accepts, and the entry it bills them as
-    "deepseek-v4-flash": "deepseek-flash",
-    "deepseek-v4-flash-vision-exp": "deepseek-flash",
-}
+from minimal_agent import models
+
 PEAK_FACTOR = 2
 PEAK_HOURS = (range(1, 4), range(6, 10))  # UTC hours, Monday to Friday
 
@@ -65,7 +56,7 @@ def prices_for(model: str, settings: Mapping[str, str | None]) -> Prices | None:
     Raises PriceError for a setting that cannot be used."""
     currency = currency_setting(settings)
     given = [price_setting(settings, name, currency) for name in OVERRIDES]
-    entry = OFF_PEAK.get(BILLED_AS.get(model, model))
+    entry = models.off_peak_prices(model)
     if entry is not None:
         table = entry[currency]
         off_peak = tuple(table[i] if price is None else price for i, price in enumerate(given))

@@ -16,6 +16,7 @@ import sys
 import time
 
 from minimal_agent import display, files
+from minimal_agent.errors import AgentError
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
 ON_LINUX = sys.platform == "linux"  # /proc and a child subreaper: escaped children are found
@@ -141,8 +142,6 @@ def command_environment(sandbox: bool) -> dict[str, str]:
 def keep_key_from_commands(api_key: str, pass_env: str) -> None:
     """Note the agent's key (from config.env or the environment) and LLM_PASS_ENV's names
     (comma-separated) for command_environment; a name that holds the key is a mistake."""
-    from model_client import AgentError
-
     global agent_key, passed_through
     names = frozenset(name.strip() for name in pass_env.split(",") if name.strip())
     for name in sorted(names):
@@ -319,8 +318,6 @@ def check_sandbox(folder: str) -> None:
     them unsandboxed instead."""
     import shutil
     import subprocess
-
-    from model_client import AgentError
 
     if sys.platform == "darwin":
         raise AgentError(

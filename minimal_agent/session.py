@@ -7,15 +7,17 @@ from __future__ import annotations
 import json
 import os
 
-import model_client
-from minimal_agent import display  # and minimal_agent.cost where a price is needed: --help stays fast
+from minimal_agent import completions, cost, display, sessions
+from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
+from minimal_agent.errors import AgentError
+from minimal_agent.replies import CUT_OFF, without_thinking
 from minimal_agent.transcripts import Conversation, Transcript, answers_to_open_calls
 
 AGENTS_FILE = "AGENTS.md"  # the project's conventions for agents (agents.md), read from the workdir
 AGENTS_LIMIT = 32 * 1024  # bytes of it that go into the system prompt, as Codex reads it
 
 
-class BudgetReached(model_client.AgentError):
+class BudgetReached(AgentError):
     """--max-cost: the session has spent its budget; no request is made."""
 
 
@@ -32,9 +34,9 @@ class Session:
     def __init__(
         self,
         system_prompt: str,
+        workspace,
         *,
         model: str | None = None,
-        workspace=None,
         history: list[dict] | None = None,
         save: str | os.PathLike | None = None,
         stream: bool = False,
@@ -44,10 +46,6 @@ class Session:
         max_cost: float | None = None,
         window=None,
     ) -> None:
-        if workspace is None:
-            from agent import Workspace
-
-            workspace = Workspace()
         self.workspace = workspace
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
@@ -57,7 +55,7 @@ class Session:
         self.system_message = None if history else self.with_agents_file()
         self.stream, self.raw = stream, raw
         self.limits = {"max_tokens": max_tokens} if max_tokens else {}  # unset: the server's own
-        self.quirks: set[str] = set()  # what this server turned out to need (model_client.ask)
+        self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
         self.prices, self.max_cost, self.window = prices, max_cost, window
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
@@ -69,8 +67,6 @@ class Session:
         cut-short turn left open answered, and task appended."""
         messages = self.messages
         if not messages:
-            from minimal_agent import sessions
-
             messages.save(sessions.session_event(self.workspace.folder, self.model))
             messages.append({"role": "system", "content": self.system_message})
         why = "interrupted: the agent stopped before this call had a result"
@@ -111,12 +107,12 @@ class Session:
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
             try:
-                resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
+                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
             except Exception as error:  # a full context: compacted and sent again, once
                 if not self.compacted_after_overflow(client, request, messages, error):
                     raise
                 sent = self.window.view(messages)
-                resp = model_client.ask(client, sent, request, self.quirks, display.say, show)
+                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
         self.note_reply(resp, sent)
         return resp
 
@@ -131,7 +127,7 @@ class Session:
     def compacted_after_overflow(self, client, request, messages, error) -> bool:
         """The server said the context is full: compact (the record kept), True; or False if
         this is no such error or nothing is left to compact."""
-        if not (self.window and model_client.is_context_overflow(error)):
+        if not (self.window and is_context_overflow(error)):
             return False
         display.say("context: the server says the conversation does not fit; compacting it")
         record = self.window.on_overflow(error, messages, self.summarizer(client, request))
@@ -142,8 +138,6 @@ class Session:
     def compact_now(self, client, model: str) -> None:
         """/compact in --chat: compact everything said so far, now."""
         if not self.window:
-            from minimal_agent.context_window import Window
-
             self.window = Window(None)
         request = {"model": model, **self.limits}
         record = self.window.compact(self.messages, self.summarizer(client, request))
@@ -153,8 +147,6 @@ class Session:
     def keep(self, record: dict | None) -> dict | None:
         """A compaction's record into the transcript, and its line for the user."""
         if record:
-            from minimal_agent.context_window import describe
-
             self.messages.save(record)
             display.say(describe(record, self.window.size))
         return record
@@ -168,7 +160,7 @@ class Session:
             display.say("context: asking the model to summarize the earlier conversation")
             summary_request = {"model": request["model"], "max_tokens": max_tokens}
             try:
-                resp = model_client.ask(
+                resp = completions.ask(
                     client, summary_messages, summary_request, self.quirks, display.say
                 )
             except Exception as error:  # the summary is a nicety: never the end of the run
@@ -176,13 +168,11 @@ class Session:
                 return None
             self.add_up(resp)
             reply = resp.choices[0].message.content if resp.choices else None
-            return model_client.without_thinking(reply or "")
+            return without_thinking(reply or "")
 
         return summarize
 
     def check_budget(self) -> None:
-        from minimal_agent import cost
-
         if self.max_cost is not None and self.total["cost"] >= self.max_cost:
             spent = cost.money(self.total["cost"], self.prices.currency)
             budget = cost.money(self.max_cost, self.prices.currency)
@@ -198,9 +188,9 @@ class Session:
             display.say(resp.model_dump_json(indent=2))
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
             detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
-            raise model_client.AgentError(f"the server's reply has no choices {detail}".rstrip())
+            raise AgentError(f"the server's reply has no choices {detail}".rstrip())
         reason = resp.choices[0].finish_reason
-        if reason in model_client.CUT_OFF:
+        if reason in CUT_OFF:
             warning = f"warning: the reply was cut off (finish_reason {reason})"
             display.say(f"{warning}; it may be incomplete")
         counts = self.add_up(resp)
@@ -211,16 +201,12 @@ class Session:
             if warning:  # it begins with "warning:" itself
                 display.say(warning)
             if self.window.size:  # one tool result never fills the window
-                from minimal_agent.context_window import result_cap
-
                 limit = result_cap(self.window.size)
                 self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
 
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
         the transcript; returns its token counts."""
-        from minimal_agent import cost
-
         counts = cost.token_counts(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and resp.usage else None
         for totals in (self.turn, self.total):
@@ -242,8 +228,6 @@ class Session:
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
 
     def counts(self, totals: dict) -> str:
-        from minimal_agent import cost
-
         usage = totals["usage"]
         money = f", cost {cost.money(totals['cost'], self.prices.currency)}" if self.prices else ""
         return (

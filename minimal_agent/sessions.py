@@ -13,20 +13,20 @@ imports on every system.
 
 from __future__ import annotations
 
+import functools
+import io
 import json
 import os
 import re
-import secrets
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from types import SimpleNamespace
 
 from minimal_agent.display import one_line
-from model_client import AgentError
+from minimal_agent.errors import AgentError
 
 APP = "minimal-agent"
 SESSIONS_ENV = "LLM_SESSIONS_DIR"  # moves the sessions folder
@@ -96,7 +96,7 @@ def make_folder(folder: str | os.PathLike) -> Path:
 def new_id(now: datetime | None = None) -> str:
     """A new conversation ID: the UTC time and a few random characters, 20261204-113000-ab12."""
     now = (now or datetime.now(UTC)).astimezone(UTC)
-    tail = "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_RANDOM))
+    tail = "".join(ID_ALPHABET[byte % len(ID_ALPHABET)] for byte in os.urandom(ID_RANDOM))
     return f"{now.strftime(ID_TIME)}-{tail}"
 
 
@@ -134,20 +134,23 @@ def session_event(workdir: str | os.PathLike, model: str, now: datetime | None =
 # --- Listing ----------------------------------------------------------------------------------
 
 
-@dataclass
-class Session:
-    """What --sessions shows of one transcript."""
+class SessionSummary(SimpleNamespace):
+    """What --sessions shows of one transcript (a plain namespace: dataclasses would cost every
+    start, --help included, some 20 ms of imports)."""
 
-    id: str  # the file name without .jsonl
-    path: Path
-    changed: float  # the last change (the file's mtime), seconds since the epoch
-    workdir: str | None = None  # None: an older transcript, without a session event
-    model: str | None = None
-    task: str | None = None  # the first user message, as written
-    turns: int = 0  # user messages
-    costs: dict[str, float] = field(default_factory=dict)  # currency -> sum of priced replies
-    unpriced: int = 0  # usage events without a cost
-    problem: str | None = None  # why the file could not be read, if it could not
+    def __init__(self, id: str, path: Path, changed: float) -> None:
+        super().__init__(
+            id=id,  # the file name without .jsonl
+            path=path,
+            changed=changed,  # the last change (the file's mtime), seconds since the epoch
+            workdir=None,  # None: an older transcript, without a session event
+            model=None,
+            task=None,  # the first user message, as written
+            turns=0,  # user messages
+            costs={},  # currency -> sum of priced replies
+            unpriced=0,  # usage events without a cost
+            problem=None,  # why the file could not be read, if it could not
+        )
 
 
 def transcript_files(folder: str | os.PathLike) -> list[tuple[Path, float]]:
@@ -172,18 +175,12 @@ def transcript_files(folder: str | os.PathLike) -> list[tuple[Path, float]]:
     return [(path, mtime) for path, mtime, _ in files]
 
 
-def list_sessions(folder: str | os.PathLike, limit: int | None = LIST_LIMIT) -> list[Session]:
-    """The last changed conversations in folder, newest first, at most limit (None: all)."""
-    files = transcript_files(folder)
-    return [summarize(path, mtime) for path, mtime in files[:limit]]
-
-
-def summarize(path: str | os.PathLike, mtime: float | None = None) -> Session:
+def summarize(path: str | os.PathLike, mtime: float | None = None) -> SessionSummary:
     """One transcript's row. The file is read once and searched for the lines that matter (the
     session event, user messages, usage events); only those are parsed, not the tool results
     that make a transcript large. A half-written last line is left out."""
     path = Path(path)
-    session = Session(id=_id_of(path), path=path, changed=mtime or 0.0)
+    session = SessionSummary(id=_id_of(path), path=path, changed=mtime or 0.0)
     try:
         with open(path, "rb") as file:
             if mtime is None:
@@ -216,10 +213,20 @@ class _Pair:
 
     def __init__(self, key: str, value: str) -> None:
         self.key, self.value = key, value
-        pair = rb'"%s"\s*:\s*"%s"' % (key.encode(), value.encode())
-        self.anywhere = re.compile(pair)
-        self.first = re.compile(rb"\{\s*" + pair)  # the line's first key
-        self.lines = re.compile(rb"\n(\{\s*" + pair + rb"[^\n]*)")  # later lines starting so
+        self.pair = rb'"%s"\s*:\s*"%s"' % (key.encode(), value.encode())
+
+    # Compiled when first used, not at import: every start, --help too, imports this module.
+    @functools.cached_property
+    def anywhere(self) -> re.Pattern:
+        return re.compile(self.pair)
+
+    @functools.cached_property
+    def first(self) -> re.Pattern:  # the line's first key
+        return re.compile(rb"\{\s*" + self.pair)
+
+    @functools.cached_property
+    def lines(self) -> re.Pattern:  # later lines starting so
+        return re.compile(rb"\n(\{\s*" + self.pair + rb"[^\n]*)")
 
 
 _SESSION, _USER, _USAGE = _Pair("event", "session"), _Pair("role", "user"), _Pair("event", "usage")
@@ -285,7 +292,9 @@ def _id_of(path: Path) -> str:
     return path.name[: -len(SUFFIX)] if path.name.endswith(SUFFIX) else path.name
 
 
-def format_sessions(rows: list[Session], folder: str | os.PathLike, hidden: int = 0) -> list[str]:
+def format_sessions(
+    rows: list[SessionSummary], folder: str | os.PathLike, hidden: int = 0
+) -> list[str]:
     """--sessions as text lines: a header and a line for each row (ID, last change in local
     time, turns, cost, workdir, first task), in the rows' order; hidden: how many older ones
     were left out. The cost is "-" when no reply was priced, and ends with "+" when some were
@@ -425,7 +434,7 @@ def resolve(id_or_file: str, folder: str | os.PathLike) -> Path:
 # --- One writer per transcript ----------------------------------------------------------------
 
 
-def open_for_append(path: str | os.PathLike) -> BinaryIO:
+def open_for_append(path: str | os.PathLike) -> io.BufferedWriter:
     """Open a transcript to append to (binary; created 0o600 if new), locked for as long as the
     file stays open: one agent writes a transcript at a time. The lock is the OS's, on the file
     itself (flock on POSIX; on Windows one byte at LOCK_OFFSET, past any data, so reading and

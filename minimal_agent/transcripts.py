@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 import os
 
-from model_client import REASONING_FIELDS, AgentError
+from minimal_agent import sessions
+from minimal_agent.display import one_line, say, short_arguments
+from minimal_agent.errors import AgentError
+from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.tool_schema import json_kind
 
 ROLES = ("system", "user", "assistant", "tool")
 
@@ -45,8 +49,6 @@ class Transcript:
 
     @classmethod
     def open(cls, path: str | os.PathLike) -> Transcript:
-        from minimal_agent import sessions
-
         new = not os.path.exists(path) or os.path.getsize(path) == 0
         return cls(path, sessions.open_for_append(path), new)
 
@@ -82,11 +84,6 @@ def answers_to_open_calls(messages: list[dict], why: str) -> list[dict]:
     the conversation can go on (a server wants every call answered before the next message)."""
     content = f"Error: {why} (it may have run in part, or not at all)"
     return [{"role": "tool", "tool_call_id": id, "content": content} for id in open_calls(messages)]
-
-
-def read_transcript(path: str | os.PathLike, *, tolerant: bool = False) -> list[dict]:
-    """The messages of a transcript, without its events; see transcript_lines()."""
-    return [entry for _, entry in transcript_lines(path, tolerant) if "event" not in entry]
 
 
 def transcript_lines(path: str | os.PathLike, tolerant: bool = False) -> list[tuple[int, dict]]:
@@ -206,15 +203,8 @@ def message_problem(message: object) -> str | None:
     return None
 
 
-def json_kind(value: object) -> str:
-    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return kinds.get(type(value), "number")
-
-
 def show_transcript(path: str) -> int:
     """--show: print a saved transcript as a readable timeline."""
-    from minimal_agent.display import one_line, say, short_arguments
-
     try:
         lines = transcript_lines(path, tolerant=True)
     except (AgentError, OSError) as error:

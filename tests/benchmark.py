@@ -25,7 +25,7 @@
     compactions lower (target: a request begins anew only right after a compaction the
     transcript records, and the server refuses nothing).
 (i) the exit: time from a one-request run's answer reaching stdout to the process's end, the
-    agent as the program against the same agent started through cli.main(argv), which leaves
+    agent as the program against the same agent started through agent.main(argv), which leaves
     Python's last garbage collection of everything loaded (openai's models) to run at exit
     (target: median under 100 ms).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
@@ -294,18 +294,18 @@ def compacted_chat_prefixes(turns: int = 16, window: int = 4_096) -> bool:
     return ok
 
 
-# The agent as a test or an IDE's console calls it: cli.main(argv), which leaves the exit alone.
+# The agent as a test or an IDE's console calls it: agent.main(argv), which leaves the exit alone.
 MAIN_WITH_ARGV = f"""
 import sys
 sys.path.insert(0, {str(ROOT)!r})
-from minimal_agent import cli
-sys.exit(cli.main(sys.argv[1:]))
+import agent
+sys.exit(agent.main(sys.argv[1:]))
 """
 
 
 def exit_after_answer(rounds: int) -> tuple[float, float]:
     """Medians of the seconds from the answer's arrival on stdout to the process's end: the
-    agent as the program, and the same agent through cli.main(argv)."""
+    agent as the program, and the same agent through agent.main(argv)."""
     sides = {"program": [AGENT], "main(argv)": ["-c", MAIN_WITH_ARGV]}
     times = {side: [] for side in sides}
     with tempfile.TemporaryDirectory() as work:

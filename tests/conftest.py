@@ -118,14 +118,14 @@ def run_agent(
 
 
 def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.CompletedProcess:
-    """What run_agent returns, without starting a process: minimal_agent.cli.main runs in this one,
+    """What run_agent returns, without starting a process: agent.main runs in this one,
     with env as the whole environment, stdin as its input (not a terminal), its stdout and
     stderr caught, in the same folder. For the tests where the process boundary is not what
     they check: a new agent process spends half a second importing openai, and the suite
     starts hundreds. Everything the agent changes for its run is put back: the environment,
     the folder, the streams and the signal handlers. A hung run is ended by the suite's own
     time-out."""
-    from minimal_agent import cli, processes
+    from minimal_agent import processes
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr
@@ -140,7 +140,7 @@ def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.
     os.environ.update(env)
     os.chdir(ROOT / "tests")
     try:
-        code = cli.main(list(args))
+        code = agent.main(list(args))
     except SystemExit as end:  # argparse's usage errors, a termination signal's handler
         code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
         if isinstance(end.code, str):
@@ -219,7 +219,9 @@ def app(tmp_path: Path) -> Path:
     for name in ("agent.py", "model_client.py"):
         shutil.copy(ROOT / name, folder / name)
     shutil.copytree(
-        ROOT / "minimal_agent", folder / "minimal_agent", ignore=shutil.ignore_patterns("__pycache__")
+        ROOT / "minimal_agent",
+        folder / "minimal_agent",
+        ignore=shutil.ignore_patterns("__pycache__"),
     )
     return folder
 

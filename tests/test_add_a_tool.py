@@ -314,7 +314,7 @@ def test_a_nullable_type_any_of_and_an_enum_of_booleans_are_checked_as_json_sees
 
 def test_two_schemas_of_one_tool_are_refused(monkeypatch):
     import agent
-    from model_client import AgentError
+    from minimal_agent.errors import AgentError
 
     monkeypatch.setattr(agent, "TOOLS", [*agent.TOOLS, agent.TOOLS[0]])
     with pytest.raises(AgentError, match="the tool 'read_file' has two schemas in TOOLS"):

@@ -30,7 +30,7 @@ from fake_model import reply, tool_call
 from openai import OpenAI
 from stub_server import StubServer
 
-import model_client
+from minimal_agent import errors
 from minimal_agent.transcripts import check_conversation, transcript_lines
 
 
@@ -397,7 +397,7 @@ def test_check_conversation_names_the_line_of_the_first_misplaced_message(
 ):
     transcript = tmp_path / "t.jsonl"
     transcript.write_text(jsonl(messages).replace("\n", "\n\n", 1))  # a blank line is skipped
-    with pytest.raises(model_client.AgentError) as error:
+    with pytest.raises(errors.AgentError) as error:
         check_conversation(transcript, transcript_lines(transcript))
     assert phrase.replace("line 2", "line 3").replace("line 4", "line 5") in str(error.value)
 

@@ -20,7 +20,7 @@ import pytest
 from fake_model import reply, tool_call
 from stub_server import StubServer, check_messages
 
-import model_client
+from minimal_agent import context_window, window_probe
 from minimal_agent import context_window as cw
 
 ROOT = Path(cw.__file__).resolve().parent.parent
@@ -104,52 +104,52 @@ def test_context_tokens_setting():
 
 
 def test_window_from_each_answer():
-    assert model_client.window_from_props({"default_generation_settings": {"n_ctx": 8192}}) == 8192
-    assert model_client.window_from_props({"default_generation_settings": {}}) is None
-    assert model_client.window_from_props("not json object") is None
+    assert window_probe.window_from_props({"default_generation_settings": {"n_ctx": 8192}}) == 8192
+    assert window_probe.window_from_props({"default_generation_settings": {}}) is None
+    assert window_probe.window_from_props("not json object") is None
 
     show = {"parameters": "stop <|im_end|>\nnum_ctx    16384\n", "model_info": {}}
-    assert model_client.window_from_show(show) == 16384
+    assert window_probe.window_from_show(show) == 16384
     info = {"general.architecture": "llama", "llama.context_length": 131072}
-    assert model_client.window_from_show({"parameters": "stop x", "model_info": info}) == 131072
-    assert model_client.window_from_show({"model_info": {"qwen3.context_length": 40960}}) == 40960
-    assert model_client.window_from_show({"model_info": {"general.architecture": "x"}}) is None
+    assert window_probe.window_from_show({"parameters": "stop x", "model_info": info}) == 131072
+    assert window_probe.window_from_show({"model_info": {"qwen3.context_length": 40960}}) == 40960
+    assert window_probe.window_from_show({"model_info": {"general.architecture": "x"}}) is None
 
     models = {"data": [{"id": "a", "max_model_len": 4096}, {"id": "b", "max_model_len": 32768}]}
-    assert model_client.window_from_models(models, "b") == 32768
-    assert model_client.window_from_models(models, "c") is None  # which one? unknown
+    assert window_probe.window_from_models(models, "b") == 32768
+    assert window_probe.window_from_models(models, "c") is None  # which one? unknown
     assert (
-        model_client.window_from_models({"data": [{"id": "a", "max_model_len": 4096}]}, "z") == 4096
+        window_probe.window_from_models({"data": [{"id": "a", "max_model_len": 4096}]}, "z") == 4096
     )
-    assert model_client.window_from_models({"data": [{"id": "a"}]}, "a") is None  # Ollama's list
+    assert window_probe.window_from_models({"data": [{"id": "a"}]}, "a") is None  # Ollama's list
 
     loaded = {"id": "m", "loaded_context_length": 8192, "max_context_length": 131072}
-    assert model_client.window_from_lmstudio({"data": [loaded]}, "m") == 8192
+    assert window_probe.window_from_lmstudio({"data": [loaded]}, "m") == 8192
     assert (
-        model_client.window_from_lmstudio({"data": [{"id": "m", "max_context_length": 4096}]}, "m")
+        window_probe.window_from_lmstudio({"data": [{"id": "m", "max_context_length": 4096}]}, "m")
         == 4096
     )
-    assert model_client.window_from_props({"default_generation_settings": {"n_ctx": True}}) is None
+    assert window_probe.window_from_props({"default_generation_settings": {"n_ctx": True}}) is None
 
 
 def test_api_root():
-    assert model_client.api_root("http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080"
-    assert model_client.api_root("http://127.0.0.1:8080/v1/") == "http://127.0.0.1:8080"
-    assert model_client.api_root("http://127.0.0.1:11434") == "http://127.0.0.1:11434"
+    assert window_probe.api_root("http://127.0.0.1:8080/v1") == "http://127.0.0.1:8080"
+    assert window_probe.api_root("http://127.0.0.1:8080/v1/") == "http://127.0.0.1:8080"
+    assert window_probe.api_root("http://127.0.0.1:11434") == "http://127.0.0.1:11434"
 
 
 def test_the_setting_wins_and_deepseek_is_not_asked(monkeypatch):
     def no_network(*args, **kwargs):
         raise AssertionError("the server was asked")
 
-    monkeypatch.setattr(model_client, "fetch_json", no_network)
+    monkeypatch.setattr(window_probe, "fetch_json", no_network)
     setting = {"context_tokens": "32768", "base_url": "http://127.0.0.1:9/v1", "model": "m"}
-    assert model_client.find_window(setting)() == 32768
+    assert window_probe.find_window(setting)() == 32768
     deepseek = {"base_url": "https://api.deepseek.com", "model": "deepseek-v4-pro"}
-    assert model_client.find_window(deepseek)() == 1_048_576
-    assert model_client.find_window({**deepseek, "model": "deepseek-v9"})() is None
+    assert window_probe.find_window(deepseek)() == 1_048_576
+    assert window_probe.find_window({**deepseek, "model": "deepseek-v9"})() is None
     with pytest.raises(ValueError):
-        model_client.find_window({**setting, "context_tokens": "big"})
+        window_probe.find_window({**setting, "context_tokens": "big"})
 
 
 # --- Knowing the window: asking the stub, as each server ----------------------------------------
@@ -160,7 +160,7 @@ def test_each_server_is_asked_for_its_window(server):
     with StubServer([], server=server, window=12_288, model="qwen3:8b") as stub:
         settings = {"base_url": stub.url + "/v1", "model": "qwen3:8b", "api_key": stub.api_key}
         started = time.monotonic()
-        found = model_client.find_window(settings)
+        found = window_probe.find_window(settings)
         assert time.monotonic() - started < 0.2  # asked in the background
         assert found() == 12_288
     asked = [p for p in stub.probes if p["headers"].get("authorization")]
@@ -169,17 +169,17 @@ def test_each_server_is_asked_for_its_window(server):
 
 def test_ollama_without_num_ctx_gives_the_trained_length():
     with StubServer([], server="ollama", window=40_960, num_ctx_in_parameters=False) as stub:
-        assert model_client.probe_window(stub.url, "qwen3:8b", stub.api_key) == 40_960
+        assert window_probe.probe_window(stub.url, "qwen3:8b", stub.api_key) == 40_960
     assert stub.probes[-1]["path"] == "/api/show"
 
 
 def test_a_server_without_window_endpoints_is_no_problem():
     with StubServer([]) as stub:  # no window: every window endpoint is a 404
         started = time.monotonic()
-        assert model_client.probe_window(stub.url + "/v1", "some-model", stub.api_key) is None
+        assert window_probe.probe_window(stub.url + "/v1", "some-model", stub.api_key) is None
         assert time.monotonic() - started < 1
         settings = {"base_url": stub.url + "/v1", "model": "deepseek-flash"}
-        assert model_client.find_window(settings)() == 1_048_576  # then the table
+        assert window_probe.find_window(settings)() == 1_048_576  # then the table
 
 
 def test_a_dead_port_gives_none_at_once():
@@ -187,7 +187,7 @@ def test_a_dead_port_gives_none_at_once():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     started = time.monotonic()
-    assert model_client.probe_window(f"http://127.0.0.1:{port}/v1", "m", timeout=1.0) is None
+    assert window_probe.probe_window(f"http://127.0.0.1:{port}/v1", "m", timeout=1.0) is None
     assert time.monotonic() - started < 1.5
 
 
@@ -197,7 +197,7 @@ def test_a_silent_server_gives_none_within_the_timeout():
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         started = time.monotonic()
-        collect = model_client.start_probe(url, "m", timeout=0.5)
+        collect = window_probe.start_probe(url, "m", timeout=0.5)
         assert time.monotonic() - started < 0.2  # start-up does not wait
         assert collect() is None
         assert time.monotonic() - started < 1.0
@@ -245,8 +245,8 @@ OLLAMA = "the prompt is longer than the context length currently available to th
     ],
 )
 def test_overflow_errors_are_recognised(error, window):
-    assert model_client.is_context_overflow(error)
-    assert model_client.window_in_error(error) == window
+    assert context_window.is_context_overflow(error)
+    assert context_window.window_in_error(error) == window
 
 
 @pytest.mark.parametrize(
@@ -259,7 +259,7 @@ def test_overflow_errors_are_recognised(error, window):
     ],
 )
 def test_other_errors_are_no_overflow(error):
-    assert not model_client.is_context_overflow(error)
+    assert not context_window.is_context_overflow(error)
 
 
 @pytest.mark.parametrize(
@@ -273,8 +273,8 @@ def test_each_servers_overflow_through_the_sdk(server, window):
         with pytest.raises(openai.APIStatusError) as caught:
             client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
     assert caught.value.status_code == 400
-    assert model_client.is_context_overflow(caught.value)
-    assert model_client.window_in_error(caught.value) == window
+    assert context_window.is_context_overflow(caught.value)
+    assert context_window.window_in_error(caught.value) == window
     assert stub.rejected == ["context overflow"] and not stub.problems
 
 
@@ -662,7 +662,7 @@ def session(server: str, sizes: cw.Window, steps: int, **stub_options) -> StubSe
             try:
                 resp = client.chat.completions.create(model="m", messages=view, tools=TOOLS)
             except openai.BadRequestError as error:
-                assert model_client.is_context_overflow(error)
+                assert context_window.is_context_overflow(error)
                 assert sizes.on_overflow(error, messages, summarize)
                 view = sizes.view(messages)
                 resp = client.chat.completions.create(model="m", messages=view, tools=TOOLS)

@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stub_server import StubServer
 
+import agent
 import model_client
-from minimal_agent import cli
 
 EXAMPLE = (ROOT / "examples" / "tool_demo.jsonl").read_bytes()
 CODES = {0, 1, 2, 3, 4}
@@ -84,7 +84,7 @@ def call_main(monkeypatch, capsys, args: list[str], config: bytes | None, env: d
         with open(os.devnull) as no_input:
             patch.setattr("sys.stdin", no_input)
             try:
-                code = cli.main(["--workdir", str(Path(folder) / "work"), *args])
+                code = agent.main(["--workdir", str(Path(folder) / "work"), *args])
             except SystemExit as stop:  # argparse's way to say "bad usage"
                 code = stop.code
     err = capsys.readouterr().err

@@ -10,7 +10,7 @@ from fake_model import FakeClient, completion, reply, tool_call
 from stub_server import check_messages
 
 import agent
-from model_client import ReplayClient
+from minimal_agent.replay import ReplayClient
 
 
 def run(task, client, workdir, yes=False, max_steps=agent.MAX_STEPS, **options):

@@ -208,9 +208,13 @@ def test_the_list_is_newest_first_and_limited(tmp_path):
         write(tmp_path / f"s{n}.jsonl", session(f"/w{n}"), user(f"task {n}"), mtime=T0 + n)
     (tmp_path / "new-and-empty.jsonl").touch()  # created, nothing written yet: not shown
     (tmp_path / "notes.txt").write_text("not a transcript")
-    rows = sessions.list_sessions(tmp_path, limit=3)
-    assert [r.id for r in rows] == ["s4", "s3", "s2"]
-    assert len(sessions.list_sessions(tmp_path, limit=None)) == 5
+    assert [path.stem for path, _ in sessions.transcript_files(tmp_path)] == [
+        "s4",
+        "s3",
+        "s2",
+        "s1",
+        "s0",
+    ]
     lines = sessions.sessions_report(tmp_path, limit=3)
     assert [line.split()[0] for line in lines[1:4]] == ["s4", "s3", "s2"]
     assert f"2 older (all are in {tmp_path})" in lines[4]
@@ -228,7 +232,10 @@ def test_the_text_has_a_column_each_and_the_task_on_one_line(tmp_path, monkeypat
         mtime=T0,
     )
     write(tmp_path / "20261204-100000-cd34.jsonl", user("old one"), usage(None), mtime=T0 - 60)
-    header, new, old, hint = sessions.format_sessions(sessions.list_sessions(tmp_path), tmp_path)
+    header, new, old, hint = sessions.format_sessions(
+        [sessions.summarize(path, mtime) for path, mtime in sessions.transcript_files(tmp_path)],
+        tmp_path,
+    )
     assert header.split() == ["ID", "last", "change", "turns", "cost", "workdir", "first", "task"]
     when = datetime.fromtimestamp(T0).strftime("%Y-%m-%d %H:%M")  # local time
     assert new.startswith(f"20261204-113000-ab12  {when}      1  $0.5042  ~")

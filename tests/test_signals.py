@@ -24,7 +24,6 @@ WORST_MOMENT = """
 import os, signal, subprocess, sys
 sys.path.insert(0, {root!r})
 import agent
-from minimal_agent import cli
 
 
 class SignalledAtTheWorstMoment(subprocess.Popen):
@@ -37,7 +36,7 @@ class SignalledAtTheWorstMoment(subprocess.Popen):
 
 
 subprocess.Popen = SignalledAtTheWorstMoment
-sys.exit(cli.main())
+sys.exit(agent.main())
 """
 
 

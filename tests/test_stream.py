@@ -284,7 +284,7 @@ def attach(debugger: str):
 )
 def test_nothing_animates_on_the_terminal_while_a_debugger_is_attached(monkeypatch, debugger):
     # The counting line would overwrite the debugger's prompt: a breakpoint inside the request
-    # (model_client.ask) stops the agent while the count goes on in its thread.
+    # (completions.ask) stops the agent while the count goes on in its thread.
     if sys.gettrace() is not None:
         pytest.skip("the tests run under a trace function already (coverage or a debugger)")
     stderr = TerminalStream()

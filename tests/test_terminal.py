@@ -119,7 +119,7 @@ def test_ctrl_c_while_waiting_for_the_model_exits_130(workdir, tmp_path):
 
 
 def test_pdb_stopped_while_the_model_is_asked_keeps_its_prompt(workdir):
-    # A breakpoint inside the request (model_client.ask runs in the waiting line's block): the
+    # A breakpoint inside the request (completions.ask runs in the waiting line's block): the
     # counting line would write over pdb's prompt every second, and over what the user types.
     def held(request):
         time.sleep(2.5)  # the model takes its time; a count would show 1 s, 2 s
@@ -133,12 +133,14 @@ def test_pdb_stopped_while_the_model_is_asked_keeps_its_prompt(workdir):
         )  # fmt: skip
         try:
             child.expect_exact("(Pdb) ")
-            child.sendline("b model_client.ask")
+            child.sendline("import minimal_agent.completions")  # a name pdb can break on
+            child.expect_exact("(Pdb) ")
+            child.sendline("b minimal_agent.completions.ask")
             child.expect_exact("(Pdb) ")
             child.sendline("c")
             child.expect_exact("(Pdb) ")
             stopped = child.before
-            assert "model_client.py(" in stopped and ")ask()" in stopped  # in the request
+            assert "completions.py(" in stopped and ")ask()" in stopped  # in the request
             with pytest.raises(pexpect.TIMEOUT):  # at the prompt, nothing more is written
                 child.expect(r"\S", timeout=1.5)
             child.sendline("c")

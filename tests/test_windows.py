@@ -41,8 +41,8 @@ for name in {posix_only!r}:
 import types
 sys.modules["msvcrt"] = types.SimpleNamespace(LK_NBLCK=2, locking=lambda fd, mode, size: None)
 sys.path.insert(0, {root!r})
-from minimal_agent import cli
-sys.exit(cli.main())
+import agent
+sys.exit(agent.main())
 """
 POSIX_ONLY = ["SIGHUP", "SIGKILL", "SIGQUIT", "SIGALRM", "SIGCHLD", "SIGPIPE", "SIGUSR1",
               "SIGUSR2", "pthread_sigmask", "pthread_kill", "sigwait", "setitimer", "alarm",

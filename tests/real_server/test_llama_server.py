@@ -75,7 +75,7 @@ def check_requests(proxy: RecordingProxy) -> list[Exchange]:
 def check_transcript(save, requests: list[Exchange]) -> list[dict]:
     """The saved transcript is one a strict server accepts, and is exactly what the model was
     sent plus its last reply."""
-    messages = transcripts.read_transcript(save)
+    messages = messages_of(save)
     transcripts.check_conversation(save, transcripts.transcript_lines(save))
     assert check_messages(messages, [], None) == []
     last_request = requests[-1].request_json()["messages"]
@@ -249,6 +249,11 @@ def test_a_conversation_that_outgrows_a_small_window_is_compacted_and_goes_on(
         sent = [sent_messages(e.request) for e in steps]
         restarts = sum(not extends(b, a) for a, b in zip(sent, sent[1:], strict=False))
         assert restarts <= len(records) - 1  # a request began anew only after a compaction
-        assert transcripts.read_transcript(save)[: len(history)] == history  # kept whole
+        assert messages_of(save)[: len(history)] == history  # kept whole
         transcripts.check_conversation(save, entries)
         assert proc.returncode == documented_exit_code(steps), proc.stderr
+
+
+def messages_of(save) -> list[dict]:
+    """The transcript's messages, without its events."""
+    return [entry for _, entry in transcripts.transcript_lines(save) if "event" not in entry]

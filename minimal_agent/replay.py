@@ -1,0 +1,128 @@
+"""--replay: a client that serves a transcript's assistant messages in order, so a recorded run
+is played again with no model, no network and no key (the tools run for real)."""
+
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from minimal_agent.context_window import ELIDED, SUMMARY_HEADING
+from minimal_agent.display import say
+from minimal_agent.errors import AgentError
+from minimal_agent.transcripts import transcript_lines
+
+
+def recorded_summary(entry: dict) -> str | None:
+    """The model's summary a transcript's compaction record was made with, or None (no such
+    record, or one that shortened tool results only)."""
+    if entry.get("event") != "compaction" or entry.get("kind") != "summary":
+        return None
+    for message in entry.get("messages") or []:
+        if not isinstance(message, dict) or message.get("role") != "user":
+            continue
+        content = message.get("content")
+        if isinstance(content, str) and content.startswith(SUMMARY_HEADING):
+            return content.split(":\n\n", 1)[-1]  # after the heading's own line
+    return None
+
+
+class ReplayClient:
+    """Stands in for the OpenAI client: serves a transcript's assistant messages, in order.
+
+    `client.chat.completions.create(...)` returns a real `ChatCompletion`, so the loop cannot
+    tell the difference; no network, no key. When a tool result sent differs from the recorded
+    one, notify is told once: the recorded replies that follow were written for another result.
+    """
+
+    def __init__(self, path: str | os.PathLike, notify=None) -> None:
+        self.path = path
+        entries = transcript_lines(path)
+        lines = [(n, entry) for n, entry in entries if "event" not in entry]
+        self.messages = [message for _, message in lines]
+        # A compaction's summary request (no tools) gets the summary the run got, never the
+        # next recorded reply, which belongs to the conversation.
+        self.summaries = [
+            text for _, entry in entries if (text := recorded_summary(entry)) is not None
+        ]
+        self.replies = [(n, m) for n, m in lines if m["role"] == "assistant"]
+        if not self.replies:
+            raise AgentError(f"{path} has no assistant messages to replay")
+        # The tool results recorded after each reply, to compare with the ones the run sends.
+        self.recorded_results: list[list[str]] = []
+        for message in self.messages:
+            if message["role"] == "assistant":
+                self.recorded_results.append([])
+            elif message["role"] == "tool" and self.recorded_results:
+                self.recorded_results[-1].append(message["content"])
+        self.notify = notify or say
+        self.on_recorded_path = True
+        self.served = 0
+        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
+
+    def task(self) -> str | None:
+        """The transcript's first user message: the task it was recorded with."""
+        return next((m["content"] for m in self.messages if m["role"] == "user"), None)
+
+    def create(self, **request):  # -> openai.types.chat.ChatCompletion
+        from openai.types.chat import ChatCompletion  # here: --help starts without openai
+        from pydantic import ValidationError
+
+        if not request.get("tools"):  # a compaction's summary
+            if not self.summaries:
+                raise AgentError("the transcript has no more summaries of the conversation")
+            summary = {"role": "assistant", "content": self.summaries.pop(0)}
+            choice = {"index": 0, "message": summary, "finish_reason": "stop"}
+            return ChatCompletion.model_validate(
+                {"id": "replay-summary", "object": "chat.completion", "created": 0,
+                 "model": request.get("model", "replay"), "choices": [choice]}
+            )  # fmt: skip
+        if self.served == len(self.replies):
+            raise AgentError(
+                f"the transcript has no more replies after its {self.served} assistant messages"
+            )
+        self.check_path(request.get("messages") or [])
+        number, message = self.replies[self.served]
+        self.served += 1
+        try:
+            return ChatCompletion.model_validate(
+                {
+                    "id": f"replay-{self.served}",
+                    "object": "chat.completion",
+                    "created": 0,
+                    "model": request.get("model", "replay"),
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+                        }
+                    ],
+                }
+            )
+        except ValidationError as error:  # a field the agent does not write, hand-edited
+            problem = error.errors()[0]
+            field = ".".join(str(part) for part in problem["loc"][3:]) or "message"
+            raise AgentError(
+                f"{self.path} line {number} cannot be replayed: {field}: {problem['msg']}"
+            ) from None
+
+    def check_path(self, messages: list[dict]) -> None:
+        """Say once when the tool results sent are not the ones recorded after the last reply."""
+        if not (self.on_recorded_path and self.served):
+            return
+        sent = []
+        for message in reversed(messages):
+            if message.get("role") != "tool":
+                break
+            sent.insert(0, message.get("content"))
+        recorded = self.recorded_results[self.served - 1]
+        # A result the replay's own compaction turned into a note is no difference in the run.
+        if len(sent) != len(recorded) or any(
+            now != then and not str(now).startswith(ELIDED)
+            for now, then in zip(sent, recorded, strict=True)
+        ):
+            self.on_recorded_path = False
+            self.notify(
+                f"note: the run has left the recorded path: a tool result differs from the one "
+                f"in {self.path}, so the recorded replies from here on may not fit"
+            )
