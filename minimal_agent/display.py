@@ -189,23 +189,30 @@ def command_output(lines: int = 5):
     if not sys.stderr.isatty() or debugger_attached():
         yield None
         return
-    import shutil
     import threading  # here, not at the top, to keep --help's start-up fast
 
     started, done, lock = time.monotonic(), threading.Event(), threading.Lock()
-    seen = {"recent": "", "drawn": 0, "second": -1, "changed": False}
+    recent: list[str] = []  # the latest pieces of output, joined only to be drawn
+    seen = {"drawn": 0, "second": -1, "changed": False}
     dim, plain = ("\033[2m", "\033[0m") if colour() else ("", "")
 
-    def take(text: str) -> None:  # only this thread writes "recent": no lock needed
-        seen["recent"] = (seen["recent"] + text)[-8192:]
+    def take(text: str) -> None:  # called for every piece: it must cost next to nothing
+        recent.append(text)
+        if len(recent) > 512:
+            recent[:] = ["".join(recent)[-8192:]]
         seen["changed"] = True
 
     def back() -> str:  # to the start of the first line drawn, wiping it and all below
         return (f"\033[{seen['drawn'] - 1}F" if seen["drawn"] > 1 else "\r") + "\033[J"
 
     def draw() -> None:
-        width = max(shutil.get_terminal_size().columns - 9, 20)  # never wraps: lines counted
-        tail = [line.rsplit("\r", 1)[-1] for line in seen["recent"].rstrip("\n").split("\n")]
+        try:  # stderr's own width: stdout may be a file
+            columns = os.get_terminal_size(sys.stderr.fileno()).columns
+        except (OSError, ValueError):
+            columns = 80
+        width = max(columns - 9, 20)  # a line never wraps: the lines drawn are counted
+        text = "".join(recent[-512:])[-8192:]
+        tail = [line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n")]
         shown = [f"      | {one_line(line, width)}" for line in tail[-lines:] if line.strip()]
         shown.append(f"      running {seen['second']} s")
         sys.stderr.write(back() + dim + "\n".join(shown) + plain)
