@@ -302,7 +302,8 @@ def test_what_could_not_be_killed_is_named_in_the_result(workdir, monkeypatch):
 
     monkeypatch.setattr(os, "kill", refused)
     try:
-        result = shell(f"setsid {' '.join(sleep)} > /dev/null 2>&1 & echo $!")
+        started = 'until [ "$(cat /proc/$!/comm)" = sleep ]; do sleep 0.01; done'  # not still sh
+        result = shell(f"setsid {' '.join(sleep)} > /dev/null 2>&1 & echo $!; {started}")
     finally:
         monkeypatch.undo()
         pids = processes_running(*sleep)
