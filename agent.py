@@ -24,7 +24,7 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from minimal_agent import cli, display, files, processes, replies, tool_schema  # noqa: E402
+from minimal_agent import cli, diffs, display, files, processes, replies, tool_results, tool_schema  # noqa: E402
 from minimal_agent.errors import AgentError  # noqa: E402
 from minimal_agent.session import Session  # noqa: E402
 
@@ -60,6 +60,7 @@ class Workspace:
         self.timeout = timeout
         self.approve_all = approve_all  # --yes, or "a" at the approval prompt: the whole session
         self.sandbox = sandbox  # --sandbox: run_shell's commands run under bubblewrap
+        self.confirm_writes = False  # --confirm-writes: write_file asks first, with the diff
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
 
     def path(self, name: str) -> str:
@@ -90,6 +91,7 @@ def write_file(ws: Workspace, path: str, content: str) -> str:
     file = ws.path(path)
     if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder")
+    diffs.review_write(ws, path, file, content)  # shows the change; may ask the user first
     size = files.write_atomically(file, content)
     return f"Wrote {len(content)} characters ({size} bytes) to {path}"
 
@@ -168,12 +170,13 @@ def execute_tool_call(call: dict, ws: Workspace) -> str:
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
         problem = call_problem(name, args)  # no such tool, or arguments its schema does not allow
-        result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
+        with tool_results.printed_to_stderr():  # a tool's print() stays off the answer's stdout
+            result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
     except json.JSONDecodeError as error:
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"
     except Exception as error:  # a failing tool is news for the model, not a crash
         result = f"Error: {type(error).__name__}: {error}"
-    return files.capped(str(result), ws.max_result_chars)
+    return files.capped(tool_results.as_text(result), ws.max_result_chars)  # a dict as JSON
 
 
 # --- The loop --------------------------------------------------------------------------
@@ -240,10 +243,10 @@ def chat(
 ) -> dict:
     """--chat: run() for each message, in one conversation, until an empty message.
 
-    Each turn has its own step budget and totals line. "/compact" compacts the conversation
-    instead of being sent. Ctrl-C during a turn cancels that turn only (run_shell has killed
-    its command by then); Ctrl-C at the prompt ends the session. Returns the last finished
-    turn's result, with the session's totals.
+    Each turn has its own step budget and totals line. "/compact", "/undo", "/redo" and "/diff"
+    are done by the session instead of being sent. Ctrl-C during a turn cancels that turn only
+    (run_shell has killed its command by then); Ctrl-C at the prompt ends the session. Returns
+    the last finished turn's result, with the session's totals.
     """
     if client is None or model is None:
         client, model = model_client.client_and_model(client, model)
@@ -252,9 +255,7 @@ def chat(
     display.chat_hint()
     message = task or display.next_message()
     while message:
-        if message == "/compact":
-            session.compact_now(client, model)
-        else:
+        if not session.command(message, client, model):  # /compact, /undo, /redo, /diff
             try:
                 result = run(message, client, model=model, max_steps=max_steps, session=session)
             except KeyboardInterrupt:

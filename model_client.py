@@ -31,7 +31,7 @@ REQUEST_TIMEOUT = 120.0  # seconds without a byte from the server before an atte
 SETTINGS = (  # every setting the agent reads, for the misspelling check
     "LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS", "LLM_CURRENCY", "LLM_MAX_COST",
     "LLM_PRICE_INPUT", "LLM_PRICE_CACHED_INPUT", "LLM_PRICE_OUTPUT", "LLM_SESSIONS_DIR",
-    "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT", "LLM_PASS_ENV",
+    "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT", "LLM_CONFIRM_WRITES", "LLM_PASS_ENV",
 )  # fmt: skip
 
 

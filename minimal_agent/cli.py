@@ -9,7 +9,7 @@ import argparse
 import os
 import sys
 
-from minimal_agent import cost, display, processes, sessions
+from minimal_agent import changes, cost, display, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, describe_api_error
 from minimal_agent.replay import ReplayClient
@@ -49,6 +49,8 @@ def main(lesson, argv: list[str] | None = None) -> int:
             return list_sessions(config)
         agent.check_tools()
         check_options(parser, args, model_client.odd_character)
+        if args.undo or args.redo:
+            return take_back(args, config)
         check_paths(args)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
@@ -117,7 +119,8 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         "4 the answer is cut off or empty, 130 interrupted. Settings (config.env beside "
         "agent.py, or the environment): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
-        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_PASS_ENV; see the README.",
+        "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_PASS_ENV; "
+        "see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
@@ -161,6 +164,11 @@ def build_parser(lesson) -> argparse.ArgumentParser:
     )
     add("--yes", action="store_true", help="run every shell command unasked")
     add(
+        "--confirm-writes",
+        action="store_true",
+        help="show each write_file's diff and ask before making it (default: LLM_CONFIRM_WRITES)",
+    )
+    add(
         "--sandbox",
         action="store_true",
         help="run shell commands under bubblewrap (Linux): only the workdir writable, a private "
@@ -178,7 +186,8 @@ def build_parser(lesson) -> argparse.ArgumentParser:
         action="store_true",
         help="after each answer take a follow-up in the same conversation: typed at a '> ' "
         "prompt on a terminal, else the next line of stdin; an empty line or end of input "
-        "ends the session; /compact compacts the conversation",
+        "ends the session; /compact compacts the conversation; /undo, /redo and /diff as in "
+        "docs/undo.md",
     )
     add(
         "-c",
@@ -208,6 +217,18 @@ def build_parser(lesson) -> argparse.ArgumentParser:
     )
     add("--raw", action="store_true", help="print every raw response on stderr")
     add("--show", metavar="FILE", help="print a saved transcript as a timeline")
+    add(
+        "--undo",
+        action="store_true",
+        help="put the workdir back as it was before the last turn of its latest conversation "
+        "(-r ID: of that one); again: one more turn back",
+    )
+    add("--redo", action="store_true", help="put back what the last --undo took away")
+    add(
+        "--force",
+        action="store_true",
+        help="with --undo or --redo: overwrite files changed since (they are kept)",
+    )
     return parser  # fmt: skip
 
 
@@ -288,6 +309,16 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd
         )
     if args.replay and resuming:
         parser.error("--replay starts its own conversation: drop -c/-r")
+    if args.undo and args.redo:
+        parser.error("--undo and --redo: give one of them")
+    taking_back = "--undo" if args.undo else "--redo" if args.redo else None
+    if taking_back and (args.task or args.chat or args.save or args.no_save or args.replay):
+        parser.error(
+            f"{taking_back} takes no task and starts no conversation: give it alone "
+            "(with -r ID for a conversation other than the workdir's latest)"
+        )
+    if args.force and not taking_back:
+        parser.error("--force goes with --undo or --redo")
     if args.task and not " ".join(args.task).strip():
         parser.error("the task is only spaces: give it in words, or pipe it on stdin")
 
@@ -360,6 +391,7 @@ def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> S
     if max_cost and not prices:
         raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
     workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
+    workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(args, config, workspace.folder)
@@ -436,6 +468,40 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
     if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
         name = os.path.basename(transcript.path).removesuffix(".jsonl")
         display.say(f"saved as {name}: go on with -c (the latest here) or -r {name}")
+
+
+def take_back(args: argparse.Namespace, config: dict) -> int:
+    """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
+    was done (the line says why)."""
+    folder = sessions_folder(config)
+    action = "undo" if args.undo else "redo"
+    if args.resume:
+        path = sessions.resolve(args.resume, folder)
+    else:
+        path = sessions.latest_for(args.workdir, folder)
+        if path is None:
+            raise AgentError(
+                f"there is no saved conversation of the workdir {args.workdir} (in {folder}), "
+                f"so nothing to {action}; -r ID names another (--sessions lists them)"
+            )
+    store = sessions.changes_folder(path)
+    if not store.is_dir():
+        name = path.name.removesuffix(sessions.SUFFIX)
+        raise AgentError(
+            f"the conversation {name} changed no file, so nothing to {action}; -r ID names "
+            "another (--sessions lists them)"
+        )
+    with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
+        done = changes.take_back(store, action, args.force, f"--{action} --force")
+    return 0 if done else 1
+
+
+def yes_setting(config: dict, name: str) -> bool:
+    """A setting that is on or off: 1, true, yes, on; or 0, false, no, off, unset."""
+    text = (config.get(name) or "").lower()
+    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
+        raise AgentError(f"{name} must be 1 (on) or 0 (off), not {text!r}")
+    return text in ("1", "true", "yes", "on")
 
 
 def list_sessions(config: dict) -> int:

@@ -33,6 +33,7 @@ import re
 from collections.abc import Callable, Mapping
 
 from minimal_agent.display import one_line, short_arguments
+from minimal_agent.replies import without_thinking
 
 # --- Settings ---------------------------------------------------------------------------------
 
@@ -42,7 +43,6 @@ AIM = 0.7  # a compaction aims at this share of the threshold (0.9 -> 63% of the
 BYTES_PER_TOKEN = 3  # see the module's docstring
 SMALLEST_WINDOW = 2_048  # below this estimate no window needs knowing yet: the agent's tools
 # and system prompt alone take a third of it
-MAX_RESULT_CHARS = 20_000  # the agent's own cap on a tool result
 MIN_RESULT_CHARS = 1_000  # result_cap() never goes below this
 SUMMARY_TOKENS = (512, 8_192)  # the summary's max_tokens: an eighth of the window, within these
 ELIDED = "[elided to save context"  # how every note that replaced a tool result begins
@@ -111,9 +111,10 @@ def estimate_tokens(
     return prompt_tokens + (tokens_in_bytes(json_bytes(added)) if added else 0)
 
 
-def result_cap(window: int | None, default: int = MAX_RESULT_CHARS) -> int:
+def result_cap(window: int | None, default: int) -> int:
     """The most characters one tool result may have: a quarter of the window at about 3
-    characters a token, never more than default, never less than MIN_RESULT_CHARS."""
+    characters a token, never more than default (the agent's own cap), never less than
+    MIN_RESULT_CHARS."""
     if not window:
         return default
     return max(MIN_RESULT_CHARS, min(default, window * BYTES_PER_TOKEN // 4))
@@ -300,7 +301,7 @@ def middle_out(text: str, limit: int) -> str:
 def summary_conversation(head: list[dict], summary: str, tail: list[dict]) -> list[dict]:
     """The compacted conversation: head (the system prompt), one user message carrying the
     summary, labelled as such, then the tail whole. ValueError if the summary is empty."""
-    text = summary_text(summary)
+    text = without_thinking(summary or "").strip()
     if not text:
         raise ValueError("the model's summary of the conversation is empty")
     note = (
@@ -309,16 +310,6 @@ def summary_conversation(head: list[dict], summary: str, tail: list[dict]) -> li
         f"you need one):\n\n{text}"
     )
     return [*head, {"role": "user", "content": note}, *tail]
-
-
-def summary_text(summary: str | None) -> str:
-    """The summary without any <think>...</think> part (some servers put reasoning there)."""
-    text = summary or ""
-    if "</think>" in text:
-        text = text.rsplit("</think>", 1)[1]
-    elif text.lstrip().startswith("<think>"):
-        return ""
-    return text.strip()
 
 
 # --- Silent truncation (Ollama) ---------------------------------------------------------------
@@ -517,7 +508,7 @@ class Window:
         # sent before, and its text is shorter than its JSON.
         budget = (self.limit or max(before, SMALLEST_WINDOW)) - self.summary_max_tokens
         summary = summarize(summary_request(older, max(budget, 0)), self.summary_max_tokens)
-        if not summary_text(summary):
+        if not without_thinking(summary or "").strip():
             return None
         compacted = summary_conversation(head, summary, tail)
         if force or (target is not None and self._tokens(compacted) > target):

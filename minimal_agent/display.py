@@ -14,13 +14,15 @@ import time
 
 
 def say(text: str) -> None:
-    """One line on stderr (wiping the "waiting" counter first on a terminal)."""
+    """One line on stderr (wiping the "waiting" counter first on a terminal), every control
+    character in it shown as an escape: what it says may quote the model or the server."""
     clear = "\r\033[K" if sys.stderr.isatty() else ""
-    print(clear + text, file=sys.stderr, flush=True)
+    print(clear + visible(text), file=sys.stderr, flush=True)
 
 
 def show_call(step: int, call: dict) -> None:
-    say(f"[{step}] {call['function']['name']}({short_arguments(call['function']['arguments'])})")
+    name = one_line(call["function"]["name"], 60)  # the model's: any length, any character
+    say(f"[{step}] {name}({short_arguments(call['function']['arguments'])})")
 
 
 def show_result(result: str) -> None:
@@ -29,14 +31,16 @@ def show_result(result: str) -> None:
 
 def show_answer(text: str, streamed: bool) -> None:
     """The final answer on stdout, exactly, for pipes and files (an empty one leaves stdout
-    empty). On a terminal it is marked as the answer, and not printed a second time when it
-    has just been streamed there."""
+    empty). On a terminal it is marked as the answer, shown with its control characters as
+    escapes (its lines and tabs as they are), and not printed a second time when it has just
+    been streamed there."""
     on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
     if text and on_terminal:
         say("^ the answer" if streamed else "answer:")
         if streamed:
             return
-    print(text, end="\n" if text else "", flush=True)  # each answer as it comes, into a pipe too
+    shown = visible(text, keep=ANSWER_LAYOUT) if sys.stdout.isatty() else text
+    print(shown, end="\n" if text else "", flush=True)  # each answer as it comes, into a pipe too
 
 
 def short_arguments(arguments: str) -> str:
@@ -47,7 +51,8 @@ def short_arguments(arguments: str) -> str:
         return one_line(arguments, 80)
     if not isinstance(args, dict):
         return one_line(arguments, 80)
-    return ", ".join(f"{key}={one_line(repr(value), 60)}" for key, value in args.items())
+    pairs = (f"{one_line(key, 40)}={one_line(repr(value), 60)}" for key, value in args.items())
+    return ", ".join(pairs)
 
 
 def one_line(text: object, width: int = 100) -> str:
@@ -56,9 +61,15 @@ def one_line(text: object, width: int = 100) -> str:
     return flat if len(flat) <= width else flat[: width - 3] + "..."
 
 
-def visible(text: str) -> str:
-    """Control characters as escapes (ESC as \\x1b): they would act on the terminal."""
-    return "".join(c if c.isprintable() or c in "\n\t" else repr(c)[1:-1] for c in text)
+ANSWER_LAYOUT = "\n\t"  # what visible() keeps of the model's thinking and answers
+
+
+def visible(text: str, keep: str = "") -> str:
+    """text with every character that would act on a terminal or hide what follows shown as an
+    escape (ESC as \\x1b, a carriage return as \\r, U+202E as \\u202e): control characters
+    (C0, DEL, C1), format characters (bidi and invisible ones), line and paragraph separators,
+    whatever str.isprintable() refuses. The characters in keep stay as they are."""
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def colour() -> bool:
@@ -77,15 +88,103 @@ def approved(ws, command: str) -> bool:
             "the command was not run: it needs the user's approval and nobody can give it "
             "here (the user can restart the agent with --yes)"
         )
-    say(f"  $ {visible(command)}")  # escapes shown, so no command can disguise itself
+    for line in command_lines(command, *screen_size()):
+        say(line)
     where = " in the sandbox" if ws.sandbox else ""
     sys.stderr.write(f"  Run it{where}? [y/N/a] (a: this and every later one this session) ")
     sys.stderr.flush()
+    discard_typeahead()  # a key pressed before the question was asked is no answer to it
     answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
     if answer in ("a", "all", "always"):
         ws.approve_all = True
         say("  every later command of this session runs without asking")
     return ws.approve_all or answer in ("y", "yes")
+
+
+def command_lines(command: str, rows: int, columns: int) -> list[str]:
+    """The approval prompt's view of command, made to fit rows x columns with the question, so
+    that no part of it can scroll out of sight: each of its lines on a line of its own ("$ "
+    before the first, "> " before the others), control characters as escapes; of a command
+    too long for that, its first and last lines, of a line too long, its start and end, each
+    with how much is left out; and, unless the command is one plain line shown whole, its size
+    and what is escaped. The command itself is not changed: it runs as the model wrote it."""
+    lines = command.split("\n")
+    room = max(rows - 5, 3)  # left for the step line above (two rows at most), two notes and
+    # the question below
+    head, tail = (room // 2, room - 1 - room // 2) if len(lines) > room else (len(lines), 0)
+    width = max(columns - 5, 30)  # "  $ " before, and the last column left free
+    shown, cut = [], tail > 0
+    for number, line in enumerate(lines[:head] + lines[len(lines) - tail :]):
+        if tail and number == head:
+            shown.append(f"  [... {len(lines) - head - tail:,} lines left out ...]")
+        text, left_out = clipped(line, width)
+        cut = cut or left_out > 0
+        shown.append(("  $ " if number == 0 else "  > ") + text)
+    if len(lines) > 1 or cut:
+        count = f"{len(lines):,} line{'s' if len(lines) > 1 else ''}"
+        part = "; only its start and end are shown" if cut else ""
+        shown.append(f"  ({count}, {len(command):,} characters{part})")
+    if any(not c.isprintable() for c in command if c != "\n"):
+        shown.append("  (control characters are shown as escapes: \\x1b is ESC, \\r a return)")
+    return shown
+
+
+def clipped(line: str, width: int) -> tuple[str, int]:
+    """line with its control characters as escapes, in at most width columns (a longer one as
+    its start and its end around the number of characters left out), and that number."""
+    start = [visible(c) for c in line[:width]]  # no character takes less than a column
+    if len(line) <= width and sum(map(columns_taken, start)) <= width:
+        return "".join(start), 0
+    end = [visible(c) for c in line[-width:]]
+    half = (width - len(f"[... {len(line):,} characters left out ...]")) // 2
+    head, tail = fitting(start, half), fitting(end[::-1], half)[::-1]
+    left_out = len(line) - len(head) - len(tail)
+    marker = f"[... {left_out:,} characters left out ...]"
+    return "".join(head) + marker + "".join(tail), left_out
+
+
+def fitting(pieces: list[str], width: int) -> list[str]:
+    """The first pieces that fit in width columns together."""
+    taken, used = [], 0
+    for piece in pieces:
+        used += columns_taken(piece)
+        if used > width:
+            break
+        taken.append(piece)
+    return taken
+
+
+def columns_taken(piece: str) -> int:
+    """The columns a character (or its escape) takes: two for a wide one (CJK, most emoji)."""
+    import unicodedata  # here, not at the top, to keep --help's start-up fast
+
+    wide = len(piece) == 1 and unicodedata.east_asian_width(piece) in ("W", "F")
+    return 2 if wide else len(piece)
+
+
+def screen_size() -> tuple[int, int]:
+    """The rows and columns of the terminal the prompt is on (stderr's); 24 x 80 if unknown."""
+    try:
+        size = os.get_terminal_size(sys.stderr.fileno())
+    except (AttributeError, ValueError, OSError):
+        return 24, 80
+    return size.lines or 24, size.columns or 80
+
+
+def discard_typeahead() -> None:
+    """Drop what was typed on the terminal but not yet read: a y typed while the model was
+    still thinking must not approve the command shown after it. Not on a terminal (a file, a
+    pipe, a stdin put in place by an IDE or a test, without a descriptor) nothing is dropped."""
+    if sys.platform == "win32":
+        import msvcrt
+
+        while msvcrt.kbhit():
+            msvcrt.getwch()
+        return
+    import termios
+
+    with contextlib.suppress(termios.error, OSError, ValueError, AttributeError):
+        termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
 
 
 def chat_hint() -> None:
@@ -122,7 +221,7 @@ def waiting(step: int, stream: bool = False):
             end_piece(shown["kind"])
             begin_piece(kind, step)
             shown["kind"] = kind
-        sys.stderr.write(visible(text))
+        sys.stderr.write(visible(text, keep=ANSWER_LAYOUT))
         sys.stderr.flush()
 
     try:
@@ -177,6 +276,64 @@ def end_piece(kind: str | None) -> None:
     if kind:
         sys.stderr.write(("\033[0m" if kind == "thinking" and colour() else "") + "\n")
         sys.stderr.flush()
+
+
+def show_change(summary: str, diff: list[str]) -> None:
+    """What a write changes: its summary line, and on a terminal the diff after it."""
+    say(f"      {summary}")
+    if sys.stderr.isatty():
+        show_diff(diff)
+
+
+def show_diff(diff: list[str]) -> None:
+    """A unified diff on stderr, coloured on a colour terminal; past a screenful, its first
+    lines and how many more there are (on a terminal: a pipe or a log gets all of it)."""
+    room = terminal_rows() - 4 if sys.stderr.isatty() else len(diff)
+    shown = diff if len(diff) <= room else diff[: max(room - 1, 1)]
+    paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
+    for line in shown:
+        start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
+        say(f"      {start}{visible(line)}{chr(27) + '[0m' if start else ''}")
+    if len(shown) < len(diff):
+        say(f"      ... {len(diff) - len(shown)} more lines of the diff")
+
+
+def terminal_rows() -> int:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).lines or 24
+    except (AttributeError, ValueError, OSError):
+        return 24
+
+
+def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
+    """--confirm-writes: the change and a [y/N/a] prompt, as for a command; a approves this
+    and every later write of the session. Without a terminal nobody can answer."""
+    if not sys.stdin.isatty():
+        say(
+            "  not written: stdin is not a terminal, so nobody can approve it (start without "
+            "--confirm-writes)"
+        )
+        raise PermissionError(
+            "the file was not written: the user asked to approve each write and nobody can "
+            "approve it here (the user can restart the agent without --confirm-writes)"
+        )
+    say(f"  write {visible(path)}: {summary}")
+    show_diff(diff)
+    sys.stderr.write("  Write it? [y/N/a] (a: this and every later write this session) ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
+    if answer in ("a", "all", "always"):
+        ws.confirm_writes = False
+        say("  every later write of this session is made without asking")
+        return True
+    return answer in ("y", "yes")
+
+
+def show_restored(action: str, turn: int, task: str, lines: list[str]) -> None:
+    """--undo, --redo, /undo, /redo: which turn, then one line per file."""
+    say(f"{action} turn {turn} ({one_line(task, 60)}):")
+    for line in lines:
+        say(f"  {visible(line)}")
 
 
 @contextlib.contextmanager

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from minimal_agent import completions, cost, display, sessions
+from minimal_agent import changes, completions, cost, diffs, display, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
@@ -49,6 +49,10 @@ class Session:
         self.workspace = workspace
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
+        # What each turn changes in the workdir, kept beside the transcript for --undo.
+        self.changes = None
+        if save:
+            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
         self.messages = Conversation(history or [], self.transcript)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.
@@ -75,7 +79,9 @@ class Session:
         # A turn the server refused (a full context, a wrong key), tried again with the same
         # words, is not added a second time.
         if not (messages[-1]["role"] == "user" and messages[-1]["content"] == task):
-            messages.append({"role": "user", "content": task})
+            # After /undo or /redo the model is told which files are back as they were.
+            note = self.changes and self.changes.turn_begins(task)
+            messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         return messages
 
@@ -102,7 +108,8 @@ class Session:
     def ask(self, client, request: dict, messages: list[dict], step: int):
         """One model request for step: client.chat.completions.create(**request, messages=...),
         made once the budget allows it, with the conversation as the context window allows;
-        returns the ChatCompletion, its tokens and cost added up."""
+        returns the ChatCompletion, its tokens and cost added up. Before its calls run, the
+        workdir's state is recorded (minimal_agent/changes.py), for --undo."""
         self.check_budget()
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
@@ -114,7 +121,32 @@ class Session:
                 sent = self.window.view(messages)
                 resp = completions.ask(client, sent, request, self.quirks, display.say, show)
         self.note_reply(resp, sent)
+        calls = resp.choices[0].message.tool_calls
+        if self.changes and calls:
+            self.changes.step_begins([call.function.name for call in calls])
         return resp
+
+    def end_step(self) -> None:
+        """Record what the turn's last step changed in the workdir."""
+        if self.changes:
+            self.changes.step_ends()
+
+    def command(self, message: str, client, model: str) -> bool:
+        """--chat's commands: /compact, /undo, /redo (each may end with --force) and /diff;
+        False for a message that is none of them, to be sent."""
+        name, *rest = message.split() or [""]
+        if name == "/compact" and not rest:
+            self.compact_now(client, model)
+        elif name in ("/undo", "/redo") and rest in ([], ["--force"]):
+            if not self.changes:
+                display.say(f"{name}: this conversation is not saved, so nothing was recorded")
+            else:
+                changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force")
+        elif name == "/diff" and not rest:
+            diffs.show_last_turn(self.changes.folder if self.changes else None)
+        else:
+            return False
+        return True
 
     def within_window(self, client, request: dict, messages: list[dict]) -> list[dict]:
         """What to send: the conversation, compacted first if this request would pass the
@@ -185,7 +217,8 @@ class Session:
         """Print the raw response (--raw), warn of a cut-off reply or of a server that cut the
         conversation, add up tokens and cost."""
         if self.raw:
-            display.say(resp.model_dump_json(indent=2))
+            for line in resp.model_dump_json(indent=2).split("\n"):
+                display.say(line)
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
             detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
             raise AgentError(f"the server's reply has no choices {detail}".rstrip())
@@ -201,8 +234,8 @@ class Session:
             if warning:  # it begins with "warning:" itself
                 display.say(warning)
             if self.window.size:  # one tool result never fills the window
-                limit = result_cap(self.window.size)
-                self.workspace.max_result_chars = min(self.workspace.max_result_chars, limit)
+                ws = self.workspace
+                ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
     def add_up(self, resp) -> dict:
         """A reply's tokens and cost, added to the turn's and the session's totals and kept in
@@ -220,6 +253,7 @@ class Session:
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
+        self.end_step()
         turn_messages = self.messages[self.turn_start :]
         self.turn["tool_calls"] = sum(1 for m in turn_messages if m["role"] == "tool")
         self.total["tool_calls"] += self.turn["tool_calls"]
@@ -239,6 +273,7 @@ class Session:
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
+        self.end_step()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
         self.cancelled += 1
@@ -252,6 +287,8 @@ class Session:
         return {**result, "messages": self.messages, **totals}
 
     def close(self) -> None:
+        if self.changes:
+            self.changes.close()
         if self.transcript:
             self.transcript.close()
 

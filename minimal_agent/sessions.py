@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from minimal_agent.display import one_line
+from minimal_agent.display import one_line, visible
 from minimal_agent.errors import AgentError
 
 APP = "minimal-agent"
@@ -354,13 +354,16 @@ def _short_path(path: str) -> str:
     home = os.path.expanduser("~")
     if home not in ("~", os.sep) and (path == home or path.startswith(home + os.sep)):
         path = "~" + path[len(home) :]
-    path = _visible(path)
+    path = visible(path)
     return path if len(path) <= WORKDIR_WIDTH else "..." + path[-(WORKDIR_WIDTH - 3) :]
 
 
-def _visible(text: str) -> str:
-    """Control characters as escapes: printed as they are, they would act on the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+def changes_folder(transcript: str | os.PathLike) -> Path:
+    """Where a conversation's changes to its workdir are kept for --undo (minimal_agent/
+    changes.py): the folder beside its transcript, named as it is (ID.changes), so that the
+    two go together; the listing and --resume look at .jsonl files only."""
+    path = Path(transcript)
+    return path.with_name(path.name.removesuffix(SUFFIX) + ".changes")
 
 
 # --- Finding one again ------------------------------------------------------------------------

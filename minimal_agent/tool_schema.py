@@ -156,6 +156,19 @@ def value_mismatch(value: object, spec: dict) -> str | None:
             mismatch = value_mismatch(item, items)
             if mismatch:
                 return f"item {index} {mismatch}"
+    fields = spec.get("properties")
+    if isinstance(value, dict) and isinstance(fields, dict):  # a nested object, as the top level
+        missing = [field for field in spec.get("required", []) if field not in value]
+        if missing:
+            return f"lacks the field {missing[0]!r}"
+        for field, item in value.items():
+            if field not in fields:
+                return f"has the unexpected field {field!r}"
+            mismatch = (
+                value_mismatch(item, fields[field]) if isinstance(fields[field], dict) else None
+            )
+            if mismatch:
+                return f"has the field {field!r}, which {mismatch}"
     return None
 
 

@@ -13,7 +13,7 @@ import json
 import os
 
 from minimal_agent import sessions
-from minimal_agent.display import one_line, say, short_arguments
+from minimal_agent.display import one_line, say, short_arguments, visible
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import REASONING_FIELDS
 from minimal_agent.tool_schema import json_kind
@@ -21,9 +21,18 @@ from minimal_agent.tool_schema import json_kind
 ROLES = ("system", "user", "assistant", "tool")
 
 
+APPEND_ONLY = (
+    "the conversation is append-only (the transcript keeps every message, and a provider's "
+    "prefix cache needs each request to begin with the last one): add messages with append(), "
+    "extend() or +="
+)
+
+
 class Conversation(list):
-    """The messages of a conversation: a list whose append also writes the message to the
-    transcript, at once (see Transcript); save() writes an event there."""
+    """The messages of a conversation: a list whose append, extend and += also write each
+    message to the transcript, at once (see Transcript); save() writes an event there. What
+    would change or remove a message already there (insert, item or slice assignment, del,
+    pop, remove, clear, sort, reverse, *=) raises TypeError: the history is append-only."""
 
     def __init__(self, messages=(), transcript: Transcript | None = None) -> None:
         super().__init__(messages)
@@ -32,6 +41,19 @@ class Conversation(list):
     def append(self, message: dict) -> None:
         super().append(message)
         self.save(message)
+
+    def extend(self, messages) -> None:
+        for message in messages:
+            self.append(message)
+
+    def __iadd__(self, messages):
+        self.extend(messages)
+        return self
+
+    def refuse(self, *args, **kwargs):
+        raise TypeError(APPEND_ONLY)
+
+    insert = __setitem__ = __delitem__ = pop = remove = clear = sort = reverse = __imul__ = refuse
 
     def save(self, entry: dict) -> None:
         if self.transcript:
@@ -204,7 +226,12 @@ def message_problem(message: object) -> str | None:
 
 
 def show_transcript(path: str) -> int:
-    """--show: print a saved transcript as a readable timeline."""
+    """--show: print a saved transcript as a readable timeline, each line with its control
+    characters as escapes (names, ids and texts are the model's, or whoever edited the file)."""
+
+    def show(line: str) -> None:
+        print(visible(line))
+
     try:
         lines = transcript_lines(path, tolerant=True)
     except (AgentError, OSError) as error:
@@ -217,11 +244,11 @@ def show_transcript(path: str) -> int:
         event = entry.get("event")
         if event == "cut off":  # the last line, half written when the agent was stopped
             text = one_line(entry["cut_off"], 120)
-            print(f"{number + 1:3} (cut off: line {entry['line']} was only partly written): {text}")
+            show(f"{number + 1:3} (cut off: line {entry['line']} was only partly written): {text}")
             continue
         if event == "compaction":
             before, after = entry.get("tokens_before"), entry.get("tokens_after")
-            print(
+            show(
                 f"    --- compacted ({entry.get('kind', '?')}): the {entry.get('covers', '?')} "
                 f"messages above are sent as {len(entry.get('messages', []))} from here on, "
                 f"about {before} -> {after} tokens ---"
@@ -234,12 +261,12 @@ def show_transcript(path: str) -> int:
         label = f"{number:3} {role}" + (f" [{entry['tool_call_id']}]" if role == "tool" else "")
         for field in REASONING_FIELDS:
             if entry.get(field):
-                print(f"{label} (thinking): {one_line(entry[field], 160)}")
+                show(f"{label} (thinking): {one_line(entry[field], 160)}")
         if entry.get("content") or "tool_calls" not in entry:
-            print(f"{label}: {one_line(entry.get('content') or '', 160)}")
+            show(f"{label}: {one_line(entry.get('content') or '', 160)}")
         for call in entry.get("tool_calls") or []:
             function = call["function"]
-            print(
+            show(
                 f"{label} calls {function['name']}({short_arguments(function['arguments'])})"
                 f" [{call['id']}]"
             )

@@ -28,7 +28,10 @@
     agent as the program against the same agent started through agent.main(argv), which leaves
     Python's last garbage collection of everything loaded (openai's models) to run at exit
     (target: median under 100 ms).
-(j) live output: a 40-step session whose every step runs a command printing 10,000 lines, on a
+(j) what recording each step's changes for --undo costs in a big project: a 10-step run whose
+    every step runs a shell command that appends to a file, in a workdir of 10,000 files (1 KB
+    each, in 100 folders) against the same run in an empty workdir (target: at most 2 s more).
+(k) live output: a 40-step session whose every step runs a command printing 10,000 lines, on a
     pseudo-terminal (the output drawn live) against piped (nothing drawn) (target: under 1.05x).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
@@ -57,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghij"
+FIGURES = "abcdefghijk"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -330,8 +333,29 @@ def exit_after_answer(rounds: int) -> tuple[float, float]:
     return statistics.median(times["program"]), statistics.median(times["main(argv)"])
 
 
+def big_workdir_cost(rounds: int, steps: int = 10, files: int = 10_000) -> tuple[float, float]:
+    """(j): medians of a run of shell steps in a workdir of files files and in an empty one."""
+    script = [
+        *(tool_step(n, "run_shell", {"command": f"echo {n}>> log.txt"}) for n in range(1, steps)),
+        {"role": "assistant", "content": "done", "reasoning_content": ""},
+    ]
+    with tempfile.TemporaryDirectory() as big, tempfile.TemporaryDirectory() as empty:
+        for number in range(files):
+            folder = Path(big, f"package{number % 100:02}")
+            folder.mkdir(exist_ok=True)
+            (folder / f"module{number}.py").write_text(f"value = {number}\n" + "# x\n" * 250)
+        times: dict[str, list[float]] = {big: [], empty: []}
+        for _ in range(rounds):
+            for work in (big, empty):
+                with StubServer(list(script), api_key=KEY) as server:
+                    command = [*command_for(steps, work), "--yes", "--no-stream"]
+                    times[work].append(timed(command, env_for(server)))
+                assert not server.problems and len(server.requests) == steps, server.problems
+    return statistics.median(times[big]), statistics.median(times[empty])
+
+
 def live_output(rounds: int, steps: int = 40) -> tuple[float, float, int]:
-    """Medians of (j)'s session on a pseudo-terminal and piped, runs alternating (who goes
+    """Medians of (k)'s session on a pseudo-terminal and piped, runs alternating (who goes
     first too), and how many of the terminal's steps drew the output live."""
     lines = "python3 -c \"for i in range(10_000): print('line', i, flush=True)\""
     script = [tool_step(n, "run_shell", {"command": lines}) for n in range(1, steps)]
@@ -433,12 +457,17 @@ def main() -> int:
         ok &= program < 0.100
         print(f"(i) exit after the answer {program * 1000:.0f} ms vs {with_collection * 1000:.0f} "
               "ms with Python's last collection (target < 100 ms)")  # fmt: skip
-
     if "j" in figures:
+        big, empty = big_workdir_cost(rounds)
+        ok &= big - empty <= 2
+        print(f"(j) 10 shell steps in a workdir of 10,000 files {big:.2f} s vs "
+              f"an empty one {empty:.2f} s: {big - empty:+.2f} s (target <= +2 s)")  # fmt: skip
+
+    if "k" in figures:
         terminal, piped, drawn = live_output(rounds)
         ratio = terminal / piped
         ok &= ratio < 1.05
-        print(f"(j) 40-step session of 10,000-line commands on a terminal {terminal * 1000:.0f} "
+        print(f"(k) 40-step session of 10,000-line commands on a terminal {terminal * 1000:.0f} "
               f"ms (live output drawn {drawn} times) vs piped {piped * 1000:.0f} ms: "
               f"{ratio:.3f}x (target < 1.05x)")  # fmt: skip
     print("all within target" if ok else "NOT within target")

@@ -36,14 +36,18 @@ def reply(content: str | None = None, *calls: dict, reasoning: str | None = None
 
 
 def completion(
-    message: dict, finish_reason: str | None = None, usage: dict | None = None, number: int = 1
+    message: dict,
+    finish_reason: str | None = None,
+    usage: dict | None = None,
+    number: int = 1,
+    model: str = "deepseek-flash",
 ) -> ChatCompletion:
     return ChatCompletion.model_validate(
         {
             "id": f"chatcmpl-fake-{number}",
             "object": "chat.completion",
             "created": 1_700_000_000,
-            "model": "deepseek-flash",
+            "model": model,
             "choices": [
                 {
                     "index": 0,
@@ -88,4 +92,5 @@ class FakeClient:
             raise item
         if isinstance(item, ChatCompletion):
             return item
-        return completion(item, number=len(self.requests))
+        # Answered as the model asked for, as a real server does: no server note in a test.
+        return completion(item, number=len(self.requests), model=request.get("model") or "fake")

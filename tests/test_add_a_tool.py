@@ -6,35 +6,27 @@ with one line naming the tool; a schema written as the OpenAI docs write one wor
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_agent, stub_env
+from conftest import ROOT, run_agent, stub_env
 from fake_model import reply, tool_call
+from lesson_edit import add_tool, lesson_tools_only
 from stub_server import StubServer
 from test_readme import add_a_tool_pieces
 
 from minimal_agent import tool_schema
 
-TOOLS_END = "\n]\nTOOL_MAP = {"  # where TOOLS closes and TOOL_MAP begins in agent.py
-MAP_END = '"run_shell": run_shell}'  # the last entry of TOOL_MAP
-FUNCTIONS_END = "\n# --- TOOLS (the schemas the model sees)"  # the tools end above this
-
 
 def edit(app: Path, function: str = "", schema: str = "", entry: str = "") -> None:
-    """Add a function beside the tools, a schema at the end of TOOLS and an entry at the end
-    of TOOL_MAP to the copy of agent.py, each only if given, as a learner types them."""
-    path = app / "agent.py"
-    source = path.read_text(encoding="utf-8")
-    for marker in (FUNCTIONS_END, TOOLS_END, MAP_END):
-        assert source.count(marker) == 1, marker  # agent.py still has the lesson's layout
-    if function:
-        source = source.replace(FUNCTIONS_END, f"\n\n{function.strip()}\n\n{FUNCTIONS_END}")
-    if schema:
-        source = source.replace(TOOLS_END, f"\n{schema.rstrip()}{TOOLS_END}")
-    if entry:
-        source = source.replace(MAP_END, MAP_END[:-1] + f", {entry}}}")
-    path.write_text(source, encoding="utf-8")
+    """The copy of agent.py in app with the lesson's three tools only (whatever a learner has
+    added to the real one), then a function, a schema and a TOOL_MAP entry added, each only if
+    given, as a learner types them."""
+    lesson_tools_only(app / "agent.py")
+    add_tool(app / "agent.py", function, schema, entry)
 
 
 def readme_pieces() -> tuple[str, str, str]:
@@ -319,3 +311,22 @@ def test_two_schemas_of_one_tool_are_refused(monkeypatch):
     monkeypatch.setattr(agent, "TOOLS", [*agent.TOOLS, agent.TOOLS[0]])
     with pytest.raises(AgentError, match="the tool 'read_file' has two schemas in TOOLS"):
         agent.check_tools()
+
+
+@pytest.mark.timeout(300)
+def test_a_learner_who_pastes_the_readmes_tool_keeps_the_suite_green(tmp_path):
+    # The README's "Add a tool" pasted into agent.py as it says, then the tests that read or
+    # edit agent.py run as the README says next: none may depend on the shipped file's text.
+    copy = tmp_path / "project"
+    unneeded = (".git", "*venv", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis")
+    shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*unneeded))
+    function, schema, entry = readme_pieces()
+    add_tool(copy / "agent.py", function, schema, entry)
+    files = ["test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         "-k", "not keeps_the_suite_green", *(f"tests/{name}" for name in files)],
+        cwd=copy, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert " passed" in proc.stdout.splitlines()[-1]

@@ -20,8 +20,9 @@ import pytest
 from fake_model import reply, tool_call
 from stub_server import StubServer, check_messages
 
-from minimal_agent import context_window, window_probe
+import agent
 from minimal_agent import context_window as cw
+from minimal_agent import window_probe
 
 ROOT = Path(cw.__file__).resolve().parent.parent
 
@@ -245,8 +246,8 @@ OLLAMA = "the prompt is longer than the context length currently available to th
     ],
 )
 def test_overflow_errors_are_recognised(error, window):
-    assert context_window.is_context_overflow(error)
-    assert context_window.window_in_error(error) == window
+    assert cw.is_context_overflow(error)
+    assert cw.window_in_error(error) == window
 
 
 @pytest.mark.parametrize(
@@ -259,7 +260,7 @@ def test_overflow_errors_are_recognised(error, window):
     ],
 )
 def test_other_errors_are_no_overflow(error):
-    assert not context_window.is_context_overflow(error)
+    assert not cw.is_context_overflow(error)
 
 
 @pytest.mark.parametrize(
@@ -273,8 +274,8 @@ def test_each_servers_overflow_through_the_sdk(server, window):
         with pytest.raises(openai.APIStatusError) as caught:
             client.chat.completions.create(model="m", messages=messages, tools=TOOLS)
     assert caught.value.status_code == 400
-    assert context_window.is_context_overflow(caught.value)
-    assert context_window.window_in_error(caught.value) == window
+    assert cw.is_context_overflow(caught.value)
+    assert cw.window_in_error(caught.value) == window
     assert stub.rejected == ["context overflow"] and not stub.problems
 
 
@@ -307,10 +308,11 @@ def test_estimate_tokens():
 
 
 def test_result_cap():
-    assert cw.result_cap(None) == 20_000
-    assert cw.result_cap(8_192) == 6_144  # a quarter of the window, 3 characters a token
-    assert cw.result_cap(1_048_576) == 20_000  # never more than the agent's own cap
-    assert cw.result_cap(512) == 1_000  # nor less than the floor
+    cap = agent.MAX_RESULT_CHARS  # 20,000
+    assert cw.result_cap(None, cap) == 20_000
+    assert cw.result_cap(8_192, cap) == 6_144  # a quarter of the window, 3 characters a token
+    assert cw.result_cap(1_048_576, cap) == 20_000  # never more than the agent's own cap
+    assert cw.result_cap(512, cap) == 1_000  # nor less than the floor
 
 
 # --- Step 1: tool results become notes ----------------------------------------------------------
@@ -662,7 +664,7 @@ def session(server: str, sizes: cw.Window, steps: int, **stub_options) -> StubSe
             try:
                 resp = client.chat.completions.create(model="m", messages=view, tools=TOOLS)
             except openai.BadRequestError as error:
-                assert context_window.is_context_overflow(error)
+                assert cw.is_context_overflow(error)
                 assert sizes.on_overflow(error, messages, summarize)
                 view = sizes.view(messages)
                 resp = client.chat.completions.create(model="m", messages=view, tools=TOOLS)

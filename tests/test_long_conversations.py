@@ -19,6 +19,7 @@ from conftest import clean_env, run_agent, run_in_process, saved_messages, stub_
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, extends, prompt_tokens
 
+import agent as lesson  # this file's agent() runs it against the stub
 from minimal_agent import context_window as cw
 from minimal_agent.cli import PYTHON
 
@@ -183,7 +184,7 @@ def test_one_result_larger_than_the_window_is_dropped_and_read_again(server, wor
     if server == "ollama":
         assert len(second["content"]) < len(first["content"]) / 3
     else:
-        assert len(second["content"]) <= cw.result_cap(4_096) + 100
+        assert len(second["content"]) <= cw.result_cap(4_096, lesson.MAX_RESULT_CHARS) + 100
 
 
 def test_when_even_the_compacted_conversation_does_not_fit_the_run_ends_in_one_line(
@@ -408,7 +409,7 @@ def test_a_chat_with_large_outputs_stays_in_a_small_window(workdir, tmp_path):
     assert len(compactions(save)) >= 2
     results = [m["content"] for m in saved_messages(save) if m["role"] == "tool"]
     assert len(results) == 7
-    cap = cw.result_cap(4_096)
+    cap = cw.result_cap(4_096, lesson.MAX_RESULT_CHARS)
     assert cap < 4_000  # the agent's own 20,000 shrank to a quarter of the window
     assert all(len(result) <= cap for result in results)
     assert all("left out" in result for result in results)  # each was larger than the cap

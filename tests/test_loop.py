@@ -11,6 +11,7 @@ from stub_server import check_messages
 
 import agent
 from minimal_agent.replay import ReplayClient
+from minimal_agent.transcripts import Conversation, Transcript
 
 
 def run(task, client, workdir, yes=False, max_steps=agent.MAX_STEPS, **options):
@@ -279,3 +280,30 @@ def test_a_result_that_cannot_be_encoded_is_made_safe_to_send(workdir, monkeypat
     content = tool_messages(client.sent[1])[0]["content"]
     assert content == "Error: OSError: bad name a?"
     content.encode("utf-8")
+
+
+def test_a_fake_client_answers_as_the_model_asked_so_no_server_note_is_printed(workdir, capsys):
+    agent.run("hi", FakeClient(reply("Hi.")), model="test", workspace=agent.Workspace(workdir))
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_every_way_of_adding_to_messages_is_saved_and_changing_them_is_refused(tmp_path):
+    path = tmp_path / "t.jsonl"
+    messages = Conversation([], Transcript.open(path))
+    first, second, third = ({"role": "user", "content": str(n)} for n in range(3))
+    messages.append(first)
+    messages.extend([second])
+    messages += [third]
+    for change in (
+        lambda: messages.insert(0, first),
+        lambda: messages.__setitem__(0, first),
+        lambda: messages.__setitem__(slice(0, 1), [first]),
+        lambda: messages.__delitem__(0),
+        lambda: messages.pop(),
+        lambda: messages.clear(),
+    ):
+        with pytest.raises(TypeError, match="append-only.*append\\(\\), extend\\(\\) or \\+="):
+            change()
+    messages.transcript.close()
+    saved = [json.loads(line) for line in path.read_text().splitlines()]
+    assert saved == [first, second, third] == list(messages)
