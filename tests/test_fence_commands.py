@@ -377,3 +377,22 @@ def test_piped_nothing_shows_while_a_command_runs(workdir):
     assert proc.stdout == LIVE_RESULT + "\n"
     lines = proc.stderr.splitlines()  # where it started, the call, its result, the totals
     assert [line.split()[0] for line in lines] == ["model", "[1]", "->", "steps"], lines
+
+
+@pytest.mark.posix("a pseudo-terminal (pexpect.spawn) and /bin/sh")
+def test_the_live_lines_are_wiped_and_the_step_lines_stay_as_they_were(workdir):
+    import pyte
+
+    command = "for i in 1 2 3 4 5 6 7 8; do echo line-$i; sleep 0.15; done"
+    script = [reply(None, tool_call("run_shell", {"command": command}, "c1")), reply("done")]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--yes", "--no-stream", "lines")
+        child.logfile_read = written = io.StringIO()
+        child.expect_exact("| line-3", timeout=10)  # drawn while it runs
+        assert finish(child) == 0
+    terminal = pyte.Screen(200, 40)  # spawn's dimensions
+    pyte.Stream(terminal).feed(written.getvalue())
+    rows = [row.rstrip() for row in terminal.display if row.strip()]
+    [call] = [number for number, row in enumerate(rows) if row.startswith("[1] run_shell(")]
+    assert rows[call + 1].startswith("      -> exit code 0 line-1 line-2")  # right below it
+    assert not [row for row in rows if "running" in row or row.startswith("      | ")]
