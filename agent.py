@@ -103,8 +103,8 @@ def run_shell(ws: Workspace, command: str) -> str:
     exit_code, output = processes.run_command(command, ws)  # killed with all it started on time-out
     if exit_code is None:
         return (
-            f"Error: timed out after {ws.timeout:g} s; the command and everything it "
-            f"started were killed. Output so far:\n{output}"
+            f"Error: timed out after {ws.timeout:g} s; the command was killed. "
+            f"Output so far:\n{output}"
         )
     return f"exit code {exit_code}\n{output}"
 

@@ -33,6 +33,7 @@ SETTINGS = (  # every setting the agent reads, for the misspelling check
     "LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS", "LLM_CURRENCY", "LLM_MAX_COST",
     "LLM_PRICE_INPUT", "LLM_PRICE_CACHED_INPUT", "LLM_PRICE_OUTPUT", "LLM_SESSIONS_DIR",
     "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT", "LLM_CONFIRM_WRITES", "LLM_THINKING", "LLM_EFFORT",
+    "LLM_PASS_ENV",
 )  # fmt: skip
 
 
@@ -62,7 +63,8 @@ def client_and_model(client=None, model: str | None = None) -> tuple:
 def config_file_settings() -> dict[str, str | None]:
     """The variables config.env sets ({} if there is none); it must be UTF-8 text.
 
-    Read, not loaded into os.environ, so the commands run_shell runs never see the key.
+    Read, not loaded into os.environ, which run_shell's commands inherit (less the key and every
+    secret-looking name: processes.command_environment).
     """
     try:
         with open(CONFIG_FILE, "rb") as file:

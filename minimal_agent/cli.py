@@ -66,6 +66,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             client = model_client.create_client(config, timeout=args.request_timeout)
             check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
+        processes.keep_key_from_commands(config["api_key"], config["LLM_PASS_ENV"])
         if args.sandbox:
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
@@ -123,7 +124,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
-        "LLM_EFFORT; see the README.",
+        "LLM_EFFORT, LLM_PASS_ENV; see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")

@@ -334,3 +334,62 @@ def show_restored(action: str, turn: int, task: str, lines: list[str]) -> None:
     say(f"{action} turn {turn} ({one_line(task, 60)}):")
     for line in lines:
         say(f"  {visible(line)}")
+
+
+@contextlib.contextmanager
+def command_output(lines: int = 5):
+    """While a command runs: on a terminal, the last lines of its output (dimmed, control
+    characters escaped) and the seconds it has run, redrawn in place on stderr at most ten
+    times a second and wiped when it ends, so the step lines stay as they were. Yields the
+    function that takes the output as it arrives (from the thread reading it), or None where
+    nothing is drawn (a pipe, a log, a debugger's prompt)."""
+    if not sys.stderr.isatty() or debugger_attached():
+        yield None
+        return
+    import threading  # here, not at the top, to keep --help's start-up fast
+
+    started, done, lock = time.monotonic(), threading.Event(), threading.Lock()
+    recent: list[str] = []  # the latest pieces of output, joined only to be drawn
+    seen = {"drawn": 0, "second": -1, "changed": False}
+    dim, plain = ("\033[2m", "\033[0m") if colour() else ("", "")
+
+    def take(text: str) -> None:  # called for every piece: it must cost next to nothing
+        recent.append(text)
+        if len(recent) > 512:
+            recent[:] = ["".join(recent)[-8192:]]
+        seen["changed"] = True
+
+    def back() -> str:  # to the start of the first line drawn, wiping it and all below
+        return (f"\033[{seen['drawn'] - 1}F" if seen["drawn"] > 1 else "\r") + "\033[J"
+
+    def draw() -> None:
+        try:  # stderr's own width: stdout may be a file
+            columns = os.get_terminal_size(sys.stderr.fileno()).columns
+        except (OSError, ValueError):
+            columns = 80
+        width = max(columns - 9, 20)  # a line never wraps: the lines drawn are counted
+        text = "".join(recent[-512:])[-8192:]
+        tail = [line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n")]
+        shown = [f"      | {one_line(line, width)}" for line in tail[-lines:] if line.strip()]
+        shown.append(f"      running {seen['second']} s")
+        sys.stderr.write(back() + dim + "\n".join(shown) + plain)
+        sys.stderr.flush()
+        seen["drawn"] = len(shown)
+
+    def redraw() -> None:
+        while not done.wait(0.1):
+            with lock:  # never a drawing after the wipe
+                second = int(time.monotonic() - started)
+                if not done.is_set() and (seen["changed"] or second != seen["second"]):
+                    seen["changed"], seen["second"] = False, second
+                    draw()
+
+    threading.Thread(target=redraw, daemon=True).start()
+    try:
+        yield take
+    finally:
+        with lock:
+            done.set()
+            if seen["drawn"]:
+                sys.stderr.write(back())
+                sys.stderr.flush()

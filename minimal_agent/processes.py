@@ -1,5 +1,6 @@
-"""Processes: run_shell's command in a process group of its own, killed with everything it
-started at the time-out or when the agent stops; its output read to the end but only its two
+"""Processes: run_shell's command in a process group of its own, with an environment that
+keeps secrets out, killed with everything it started (also what left its group) at the time-out
+or when the agent stops; its output read as it comes (shown live on a terminal) but only its two
 ends kept; signals held while that is set up; the bubblewrap sandbox (--sandbox).
 
 Nothing POSIX-only is touched at import, so the agent starts on Windows too; signal and
@@ -12,85 +13,248 @@ import codecs
 import contextlib
 import os
 import sys
+import time
 
-from minimal_agent import files
+from minimal_agent import display, files
 from minimal_agent.errors import AgentError
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
+ON_LINUX = sys.platform == "linux"  # /proc and a child subreaper: escaped children are found
 SHELL_NAME = (  # run_shell's parameter description: the model should know which shell it gets
     "The command line, run by cmd.exe (Windows: dir, type, python; not ls, cat)."
     if ON_WINDOWS
     else "The command line, run by /bin/sh."
 )
+SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD")  # in a name, any case: kept from commands
+SANDBOX_ENV = ("PATH", "HOME", "LANG", "TERM", "TZ", "USER")  # and LC_*: all a sandbox gets
+SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+
+# What the settings add to the environment policy; keep_key_from_commands sets them.
+agent_key = ""  # the agent's own key, wherever it came from: no command gets a variable holding it
+passed_through: frozenset[str] = frozenset()  # LLM_PASS_ENV: names passed to commands anyway
 
 
 def run_command(command: str, ws) -> tuple[int | None, str]:
     """Run command in ws.folder (under bubblewrap with ws.sandbox) and return its exit code
-    and output, or None and the output so far when it ran past ws.timeout."""
+    and output, or None and the output so far when it ran past ws.timeout. Everything it
+    started is gone when this returns; the output says so when something could not be killed."""
     import threading  # imported here, not at the top, to keep --help's start-up fast
 
-    captured: dict[str, str] = {}
-    half = files.keep(ws.max_result_chars) - 100  # room for run_shell's status line
     # A Ctrl-C or SIGTERM acting between the start and the kill being in place would leave the
     # command running after the agent exits: signals wait, except while the command is awaited.
-    with signals_held() as let_through:
+    with display.command_output() as show, signals_held() as let_through:
+        before = known_descendants() if ON_LINUX else set()  # the agent's, not the command's
+        output = Output(files.keep(ws.max_result_chars) - 100, show)  # room for the status line
         proc = start_command(command, ws.folder, ws.sandbox)
         try:
-            reader = threading.Thread(
-                target=keep_head_and_tail, args=(proc.stdout, captured, half), daemon=True
-            )
+            reader = threading.Thread(target=output.read, args=(proc.stdout,), daemon=True)
             reader.start()
             with let_through():  # the pipe closes when the command and all it started end
                 reader.join(ws.timeout)
             timed_out = reader.is_alive()
         finally:
-            kill_process_group(proc.pid)  # on time-out, on Ctrl-C, and whatever it left running
-            reader.join(5)
+            survivors = kill_everything(proc.pid, before)  # on time-out, on Ctrl-C, and leftovers
+            reader.join(1)  # nothing holds the pipe any more: its end arrives at once
             proc.wait()
-            proc.stdout.close()
-    output = captured.get("text", "(output unavailable)")
-    return (None if timed_out else proc.returncode), output
+            if not reader.is_alive():  # else closing would wait for the blocked reader
+                proc.stdout.close()
+    text = output.text()
+    if survivors:
+        text += ("\n" if text and not text.endswith("\n") else "") + survivors
+    return (None if timed_out else proc.returncode), text
+
+
+class Output:
+    """A command's output as it is read: only its two ends kept (half characters each), so
+    endless output cannot fill memory, and each piece handed to show (the live display)."""
+
+    def __init__(self, half: int, show=None) -> None:
+        import threading
+
+        self.half, self.show = half, show
+        self.head, self.tail, self.total = "", "", 0
+        self.lock = threading.Lock()  # text() may be called while the reader still reads
+
+    def read(self, stream) -> None:
+        """Read stream to its end (in a thread of its own)."""
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        while True:
+            chunk = stream.read1(65536)
+            piece = text = decoder.decode(chunk, final=not chunk)
+            with self.lock:
+                self.total += len(text)
+                if len(self.head) < self.half:
+                    room = self.half - len(self.head)
+                    self.head, text = self.head + text[:room], text[room:]
+                self.tail = (self.tail + text)[-self.half :]
+            if self.show and piece:
+                self.show(piece)
+            if not chunk:
+                return
+
+    def text(self) -> str:
+        with self.lock:
+            left_out = self.total - len(self.head) - len(self.tail)
+            return files.joined(self.head, self.tail, left_out, "characters")
 
 
 def start_command(command: str, folder: str, sandbox: bool):  # -> subprocess.Popen
     """Start command in folder in a process group of its own, so that one kill reaches all it
-    starts; stdin closed, stdout and stderr into one pipe. With sandbox, under bwrap."""
+    starts; stdin closed, stdout and stderr into one pipe, secrets kept from its environment.
+    With sandbox, under bwrap."""
     import subprocess
 
     streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    env = command_environment(sandbox)
     if ON_WINDOWS:  # cmd.exe; a console's Ctrl-C then reaches only the agent, which kills the tree
         flags = subprocess.CREATE_NEW_PROCESS_GROUP
-        return subprocess.Popen(command, shell=True, cwd=folder, creationflags=flags, **streams)
+        return subprocess.Popen(
+            command, shell=True, cwd=folder, creationflags=flags, env=env, **streams
+        )
+    if ON_LINUX:
+        become_subreaper()
     if sandbox:
         argv = bwrap_command(folder, "/bin/sh", "-c", command)
-        return subprocess.Popen(argv, cwd=folder, start_new_session=True, **streams)
-    return subprocess.Popen(command, shell=True, cwd=folder, start_new_session=True, **streams)
+        return subprocess.Popen(argv, cwd=folder, start_new_session=True, env=env, **streams)
+    return subprocess.Popen(
+        command, shell=True, cwd=folder, start_new_session=True, env=env, **streams
+    )
+
+
+def command_environment(sandbox: bool) -> dict[str, str]:
+    """The agent's environment less every variable whose name holds KEY, SECRET, TOKEN or
+    PASSWORD (any case), as Codex does; in the sandbox, only PATH, HOME, LANG, LC_*, TERM, TZ
+    and USER. LLM_PASS_ENV's names pass anyway; the agent's own key never does, by any name."""
+    keys = {agent_key, os.environ.get("LLM_API_KEY", "")} - {""}
+
+    def allowed(name: str) -> bool:
+        if name in passed_through:
+            return True
+        if sandbox:
+            return name in SANDBOX_ENV or name.startswith("LC_")
+        return not any(word in name.upper() for word in SECRET_WORDS)
+
+    return {
+        name: value for name, value in os.environ.items() if allowed(name) and value not in keys
+    }
+
+
+def keep_key_from_commands(api_key: str, pass_env: str) -> None:
+    """Note the agent's key (from config.env or the environment) and LLM_PASS_ENV's names
+    (comma-separated) for command_environment; a name that holds the key is a mistake."""
+    global agent_key, passed_through
+    names = frozenset(name.strip() for name in pass_env.split(",") if name.strip())
+    for name in sorted(names):
+        if name == "LLM_API_KEY" or (api_key and os.environ.get(name) == api_key):
+            raise AgentError(
+                f"LLM_PASS_ENV names {name}, which holds the agent's own key, and that never "
+                "reaches a command: remove it from LLM_PASS_ENV"
+            )
+    agent_key, passed_through = api_key, names
 
 
 def bwrap_command(folder: str, *command: str) -> list[str]:
-    """command under bubblewrap: everything read-only but folder (at its real path, so paths
-    look the same), a private empty /tmp, its own /dev and /proc, no network (its own network
-    namespace: not even the host's 127.0.0.1), its own PID namespace, killed if the agent dies."""
+    """command under bubblewrap, in a world of its own: the system's folders that programs need
+    (read-only), folder (writable, at its real path, so paths look the same), a private empty
+    /tmp, its own /dev and /proc; nothing else of the host (no home folder, no /run, none of
+    its unix sockets), the rest read-only. Its own network (not even the host's 127.0.0.1),
+    PID and IPC namespaces, a session of its own (no terminal to type into), killed if the
+    agent dies."""
+    system = []
+    for path in SYSTEM_FOLDERS:
+        if os.path.islink(path):  # /bin -> usr/bin where /usr is merged
+            system += ["--symlink", os.readlink(path), path]
+        elif os.path.isdir(path):
+            system += ["--ro-bind", path, path]
     return [
-        "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "bwrap", *system, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
         "--bind", folder, folder,  # after --tmpfs /tmp, so a folder inside /tmp stays visible
-        "--chdir", folder, "--unshare-net", "--unshare-pid", "--die-with-parent", "--", *command,
+        "--remount-ro", "/",  # the bare root: writes beside the folder fail instead of vanishing
+        "--chdir", folder, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--new-session",
+        "--die-with-parent", "--", *command,
     ]  # fmt: skip
 
 
-def kill_process_group(pid: int) -> None:
+def kill_everything(pid: int, before: set) -> str:
     """Kill the command and everything it started: its process group (start_new_session made
-    the group id the pid), on Windows its process tree."""
+    the group id the pid), on Windows its process tree; on Linux also whatever left the group
+    or its session (the agent is their subreaper, so they stay its descendants). "" when all is
+    gone, else a line saying what could not be killed."""
     if ON_WINDOWS:
         import subprocess
 
         kill = ["taskkill", "/F", "/T", "/PID", str(pid)]
         subprocess.run(kill, stdin=subprocess.DEVNULL, capture_output=True)  # gone already: fine
-        return
+        return ""
     import signal
 
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)  # under bwrap, --die-with-parent takes its sandbox along
+    if not ON_LINUX:
+        return ""
+    deadline = time.monotonic() + 0.5  # each round kills what forked meanwhile
+    while True:
+        found = {p: f for p, f in descendants().items() if (p, f.started) not in before}
+        alive = [p for p, f in found.items() if f.state != "Z"]
+        for child, facts in found.items():  # the ones that became the agent's: reap them
+            if facts.state == "Z" and facts.parent == os.getpid() and child != pid:
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(child, os.WNOHANG)
+        if not alive or time.monotonic() > deadline:
+            break
+        for child in alive:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(child, signal.SIGKILL)
+        time.sleep(0.005)
+    if not alive:
+        return ""
+    named = ", ".join(f"{found[p].name} (pid {p})" for p in alive[:5])
+    return f"[{len(alive)} process(es) it started could not be killed and may still run: {named}]\n"
+
+
+class Process:
+    """What /proc/PID/stat says of a process: its parent, state, start time and name."""
+
+    def __init__(self, stat: bytes) -> None:
+        name, rest = stat.rsplit(b")", 1)
+        fields = rest.split()
+        self.name = display.visible(name.split(b"(", 1)[1].decode(errors="replace"))
+        self.state, self.parent, self.started = fields[0].decode(), int(fields[1]), fields[19]
+
+
+def descendants() -> dict:  # -> {pid: Process}
+    """The agent's descendants, found in /proc (Linux)."""
+    children: dict[int, list[int]] = {}
+    facts = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as file:
+                process = Process(file.read())
+        except (OSError, IndexError, ValueError):  # gone meanwhile
+            continue
+        facts[int(entry.name)] = process
+        children.setdefault(process.parent, []).append(int(entry.name))
+    found, waiting = {}, list(children.get(os.getpid(), []))
+    while waiting:
+        pid = waiting.pop()
+        found[pid] = facts[pid]
+        waiting += children.get(pid, [])
+    return found
+
+
+def known_descendants() -> set[tuple[int, bytes]]:
+    """The agent's descendants as (pid, start time): a pid used again is another process."""
+    return {(pid, process.started) for pid, process in descendants().items()}
+
+
+def become_subreaper() -> None:
+    """Linux: the command's orphans become the agent's children instead of init's, so that
+    descendants() finds a child that left its group or session (prctl PR_SET_CHILD_SUBREAPER)."""
+    import ctypes
+
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)
 
 
 @contextlib.contextmanager
@@ -147,24 +311,6 @@ def exit_on_termination() -> None:
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
             signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
-
-
-def keep_head_and_tail(stream, captured: dict, half: int) -> None:
-    """Read a stream to its end keeping only its two ends (half characters each), so endless
-    output cannot fill memory; captured["text"] is what was kept."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    head, tail, total = "", "", 0
-    while True:
-        chunk = stream.read1(65536)
-        text = decoder.decode(chunk, final=not chunk)
-        total += len(text)
-        if len(head) < half:
-            room = half - len(head)
-            head, text = head + text[:room], text[room:]
-        tail = (tail + text)[-half:]
-        if not chunk:
-            break
-    captured["text"] = files.joined(head, tail, total - len(head) - len(tail), "characters")
 
 
 def check_sandbox(folder: str) -> None:

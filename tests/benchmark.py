@@ -31,6 +31,8 @@
 (j) what recording each step's changes for --undo costs in a big project: a 10-step run whose
     every step runs a shell command that appends to a file, in a workdir of 10,000 files (1 KB
     each, in 100 folders) against the same run in an empty workdir (target: at most 2 s more).
+(k) live output: a 40-step session whose every step runs a command printing 10,000 lines, on a
+    pseudo-terminal (the output drawn live) against piped (nothing drawn) (target: under 1.05x).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -58,7 +60,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghij"
+FIGURES = "abcdefghijk"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -352,6 +354,34 @@ def big_workdir_cost(rounds: int, steps: int = 10, files: int = 10_000) -> tuple
     return statistics.median(times[big]), statistics.median(times[empty])
 
 
+def live_output(rounds: int, steps: int = 40) -> tuple[float, float, int]:
+    """Medians of (k)'s session on a pseudo-terminal and piped, runs alternating (who goes
+    first too), and how many of the terminal's steps drew the output live."""
+    lines = "python3 -c \"for i in range(10_000): print('line', i, flush=True)\""
+    script = [tool_step(n, "run_shell", {"command": lines}) for n in range(1, steps)]
+    script.append({"role": "assistant", "content": "done", "reasoning_content": ""})
+    sides, drawn = {"terminal": [], "piped": []}, 0
+    with tempfile.TemporaryDirectory() as work:
+        args = [AGENT, "--workdir", work, "--yes", "--no-stream", "--no-save",
+                "--max-steps", str(steps), "print lines"]  # fmt: skip
+        for number in range(rounds):
+            for side in list(sides)[:: -1 if number % 2 else 1]:
+                with StubServer(script, api_key=KEY) as server:
+                    started = time.perf_counter()
+                    if side == "terminal":
+                        child = pexpect.spawn(sys.executable, args, env=env_for(server),
+                                              encoding="utf-8", timeout=120)  # fmt: skip
+                        child.expect(pexpect.EOF)
+                        child.close()
+                        assert child.exitstatus == 0, child.before
+                        drawn = max(drawn, child.before.count("      running "))
+                    else:
+                        timed([sys.executable, *args], env_for(server))
+                    sides[side].append(time.perf_counter() - started)
+                assert len(server.requests) == steps and not server.problems, server.problems
+    return statistics.median(sides["terminal"]), statistics.median(sides["piped"]), drawn
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=7, help="runs per side (default 7)")
@@ -432,6 +462,14 @@ def main() -> int:
         ok &= big - empty <= 2
         print(f"(j) 10 shell steps in a workdir of 10,000 files {big:.2f} s vs "
               f"an empty one {empty:.2f} s: {big - empty:+.2f} s (target <= +2 s)")  # fmt: skip
+
+    if "k" in figures:
+        terminal, piped, drawn = live_output(rounds)
+        ratio = terminal / piped
+        ok &= ratio < 1.05
+        print(f"(k) 40-step session of 10,000-line commands on a terminal {terminal * 1000:.0f} "
+              f"ms (live output drawn {drawn} times) vs piped {piped * 1000:.0f} ms: "
+              f"{ratio:.3f}x (target < 1.05x)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
