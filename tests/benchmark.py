@@ -3,7 +3,7 @@
     python tests/benchmark.py [--rounds N] [--figures LETTERS]
 
 (a) start-up: `agent.py --help` against `python -c "import argparse"`, the floor for any
-    argparse CLI (target: under 1.3x);
+    argparse CLI (target: under 1.5x, issue 23: the project's modules imported at the top);
 (b) a 40-step scripted session, whole process, against a bare loop of
     client.chat.completions.create calls making the same requests (target: under 1.05x);
 (c) request sizes over 30 steps whose tool prints 1 MB each time, with and without --save
@@ -31,8 +31,9 @@
 (j) what recording each step's changes for --undo costs in a big project: a 10-step run whose
     every step runs a shell command that appends to a file, in a workdir of 10,000 files (1 KB
     each, in 100 folders) against the same run in an empty workdir (target: at most 2 s more).
-(k) live output: a 40-step session whose every step runs a command printing 10,000 lines, on a
-    pseudo-terminal (the output drawn live) against piped (nothing drawn) (target: under 1.05x).
+(k) live output: a 40-step session whose every step runs a command printing 10,000 lines over a
+    quarter of a second, on a pseudo-terminal (the output drawn live) against piped (nothing
+    drawn): the CPU the agent and its commands take (target: under 1.05x), and the wall time.
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -354,32 +355,48 @@ def big_workdir_cost(rounds: int, steps: int = 10, files: int = 10_000) -> tuple
     return statistics.median(times[big]), statistics.median(times[empty])
 
 
-def live_output(rounds: int, steps: int = 40) -> tuple[float, float, int]:
-    """Medians of (k)'s session on a pseudo-terminal and piped, runs alternating (who goes
-    first too), and how many of the terminal's steps drew the output live."""
-    lines = "python3 -c \"for i in range(10_000): print('line', i, flush=True)\""
+def live_output(rounds: int, steps: int = 40) -> dict:
+    """(k)'s session on a pseudo-terminal and piped, runs alternating (who goes first too):
+    the medians of the wall time and of the CPU the agent and its commands took, and how many
+    times the live output was drawn on the terminal. Each command prints its lines over about a
+    quarter of a second, so the live display has something to draw."""
+    lines = (
+        "python3 -c \"import time; [print('line', i, flush=True) or i % 1000 or time.sleep(0.025)"
+        ' for i in range(10_000)]"'
+    )
     script = [tool_step(n, "run_shell", {"command": lines}) for n in range(1, steps)]
     script.append({"role": "assistant", "content": "done", "reasoning_content": ""})
-    sides, drawn = {"terminal": [], "piped": []}, 0
+    wall, cpu, drawn = {"terminal": [], "piped": []}, {"terminal": [], "piped": []}, 0
     with tempfile.TemporaryDirectory() as work:
         args = [AGENT, "--workdir", work, "--yes", "--no-stream", "--no-save",
                 "--max-steps", str(steps), "print lines"]  # fmt: skip
         for number in range(rounds):
-            for side in list(sides)[:: -1 if number % 2 else 1]:
+            for side in list(wall)[:: -1 if number % 2 else 1]:
                 with StubServer(script, api_key=KEY) as server:
-                    started = time.perf_counter()
+                    started, used = time.perf_counter(), children_cpu()
                     if side == "terminal":
                         child = pexpect.spawn(sys.executable, args, env=env_for(server),
-                                              encoding="utf-8", timeout=120)  # fmt: skip
+                                              encoding="utf-8", timeout=300)  # fmt: skip
                         child.expect(pexpect.EOF)
-                        child.close()
+                        child.close()  # waits for it, so its CPU is counted
                         assert child.exitstatus == 0, child.before
                         drawn = max(drawn, child.before.count("      running "))
                     else:
                         timed([sys.executable, *args], env_for(server))
-                    sides[side].append(time.perf_counter() - started)
+                    wall[side].append(time.perf_counter() - started)
+                    cpu[side].append(children_cpu() - used)
                 assert len(server.requests) == steps and not server.problems, server.problems
-    return statistics.median(sides["terminal"]), statistics.median(sides["piped"]), drawn
+    medians = {f"{kind}_{side}": statistics.median(values[side])
+               for kind, values in (("wall", wall), ("cpu", cpu)) for side in values}  # fmt: skip
+    return {**medians, "drawn": drawn}
+
+
+def children_cpu() -> float:
+    """CPU seconds (user and system) of this process's children that have ended so far."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -398,9 +415,9 @@ def main() -> int:
     if "a" in figures:
         agent, floor = startup(rounds * 9)  # 40 ms a run: many runs, for a steady median
         ratio = agent / floor
-        ok &= ratio < 1.3
+        ok &= ratio < 1.5
         print(f"(a) --help {agent * 1000:.1f} ms vs import argparse {floor * 1000:.1f} ms: "
-              f"{ratio:.2f}x (target < 1.3x)")  # fmt: skip
+              f"{ratio:.2f}x (target < 1.5x)")  # fmt: skip
 
     if "b" in figures:
         agent, bare = session(rounds)
@@ -464,12 +481,13 @@ def main() -> int:
               f"an empty one {empty:.2f} s: {big - empty:+.2f} s (target <= +2 s)")  # fmt: skip
 
     if "k" in figures:
-        terminal, piped, drawn = live_output(rounds)
-        ratio = terminal / piped
-        ok &= ratio < 1.05
-        print(f"(k) 40-step session of 10,000-line commands on a terminal {terminal * 1000:.0f} "
-              f"ms (live output drawn {drawn} times) vs piped {piped * 1000:.0f} ms: "
-              f"{ratio:.3f}x (target < 1.05x)")  # fmt: skip
+        k = live_output(rounds)
+        ratio = k["cpu_terminal"] / k["cpu_piped"]
+        ok &= ratio < 1.05 and k["drawn"] > 0
+        print(f"(k) 40-step session of 10,000-line commands, the output drawn live on a terminal "
+              f"({k['drawn']} redraws) vs piped: CPU {k['cpu_terminal']:.2f} vs "
+              f"{k['cpu_piped']:.2f} s ({ratio:.3f}x, target < 1.05x), wall "
+              f"{k['wall_terminal']:.2f} vs {k['wall_piped']:.2f} s")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
