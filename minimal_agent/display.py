@@ -191,8 +191,9 @@ def chat_hint() -> None:
     """How a --chat session goes on and ends, said once at its start on a terminal."""
     if sys.stdin.isatty():
         say(
-            "chat: type a message after each '> ' (/compact shrinks the conversation); an empty "
-            "line or Ctrl-D ends the session"
+            "chat: type a message after each '> ' (/compact shrinks the conversation; /diff, "
+            "/undo and /redo show and take back the last turn's changes; /think on|off and "
+            "/effort low|high|max set DeepSeek's thinking); an empty line or Ctrl-D ends it"
         )
 
 
