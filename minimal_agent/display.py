@@ -193,7 +193,8 @@ def chat_hint() -> None:
         say(
             "chat: type a message after each '> ' (/compact shrinks the conversation; /diff, "
             "/undo and /redo show and take back the last turn's changes; /think on|off and "
-            "/effort low|high|max set DeepSeek's thinking); an empty line or Ctrl-D ends it"
+            "/effort low|high|max set DeepSeek's thinking); an empty line or Ctrl-D ends "
+            "the session"
         )
 
 
