@@ -60,16 +60,11 @@ def sessions_dir(env: Mapping[str, str] | None = None) -> Path:
         if chosen == "~" or chosen.startswith(("~/", "~" + os.sep)):
             chosen = str(_home(env)) + chosen[1:]
         return Path(os.path.abspath(chosen))
-    if sys.platform == "win32":
-        local = env.get("LOCALAPPDATA", "").strip()
-        base = Path(local) if local else _home(env) / "AppData" / "Local"
-    elif sys.platform == "darwin":
-        base = _home(env) / "Library" / "Application Support"
-    else:
-        state = env.get("XDG_STATE_HOME", "").strip()
-        # The XDG spec: a relative path is invalid and is ignored.
-        base = Path(state) if os.path.isabs(state) else _home(env) / ".local" / "state"
-    return base / APP / "sessions"
+    return (
+        user_folder(env, ("LOCALAPPDATA", "Local"), ("XDG_STATE_HOME", ".local/state"))
+        / APP
+        / "sessions"
+    )
 
 
 def config_file(env: Mapping[str, str] | None = None) -> Path:
@@ -79,15 +74,25 @@ def config_file(env: Mapping[str, str] | None = None) -> Path:
     or relative), on macOS ~/Library/Application Support/minimal-agent/config.env, on Windows
     %APPDATA%\\minimal-agent\\config.env. env: the settings (os.environ when None)."""
     env = os.environ if env is None else env
+    return (
+        user_folder(env, ("APPDATA", "Roaming"), ("XDG_CONFIG_HOME", ".config"))
+        / APP
+        / "config.env"
+    )
+
+
+def user_folder(env: Mapping[str, str], windows: tuple[str, str], xdg: tuple[str, str]) -> Path:
+    """A folder of the user's, by the platform's convention: on Windows the one the variable
+    windows[0] names (else AppData/windows[1] in the home folder), on macOS Application Support,
+    elsewhere the one the XDG variable xdg[0] names (else xdg[1] in the home folder; a relative
+    path is invalid there, the XDG spec says, and is ignored)."""
     if sys.platform == "win32":
-        roaming = env.get("APPDATA", "").strip()
-        base = Path(roaming) if roaming else _home(env) / "AppData" / "Roaming"
-    elif sys.platform == "darwin":
-        base = _home(env) / "Library" / "Application Support"
-    else:
-        chosen = env.get("XDG_CONFIG_HOME", "").strip()
-        base = Path(chosen) if os.path.isabs(chosen) else _home(env) / ".config"
-    return base / APP / "config.env"
+        chosen = env.get(windows[0], "").strip()
+        return Path(chosen) if chosen else _home(env) / "AppData" / windows[1]
+    if sys.platform == "darwin":
+        return _home(env) / "Library" / "Application Support"
+    chosen = env.get(xdg[0], "").strip()
+    return Path(chosen) if os.path.isabs(chosen) else _home(env) / xdg[1]
 
 
 def _home(env: Mapping[str, str]) -> Path:
