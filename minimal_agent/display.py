@@ -13,11 +13,13 @@ import sys
 import time
 
 
-def say(text: str) -> None:
+def say(text: str, paint: str = "") -> None:
     """One line on stderr (wiping the "waiting" counter first on a terminal), every control
-    character in it shown as an escape: what it says may quote the model or the server."""
+    character in it shown as an escape: what it says may quote the model or the server.
+    paint: the agent's own colour for the whole line (an SGR sequence), or ""."""
     clear = "\r\033[K" if sys.stderr.isatty() else ""
-    print(clear + visible(text), file=sys.stderr, flush=True)
+    line = f"{paint}{visible(text)}\033[0m" if paint else visible(text)
+    print(clear + line, file=sys.stderr, flush=True)
 
 
 def show_call(step: int, call: dict) -> None:
@@ -295,7 +297,7 @@ def show_diff(diff: list[str]) -> None:
     paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
     for line in shown:
         start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
-        say(f"      {start}{visible(line)}{chr(27) + '[0m' if start else ''}")
+        say(f"      {line}", paint=start)
     if len(shown) < len(diff):
         say(f"      ... {len(diff) - len(shown)} more lines of the diff")
 

@@ -69,3 +69,17 @@ def test_without_confirm_writes_a_terminal_shows_the_diff_unasked(workdir):
         assert "Write it?" not in child.before
         assert finish(child) == 0
     assert (workdir / "a.txt").read_text() == "one\n2\n"
+
+
+@on_a_terminal
+def test_the_diff_is_coloured_by_the_agent_and_the_files_own_escapes_are_shown_escaped(workdir):
+    hostile = "plain\nevil \x1b]0;pwned\x07 title\n"
+    with StubServer([write("a.txt", hostile, "c1"), reply("Done.", reasoning="")]) as server:
+        child = spawn(server, "--workdir", str(workdir), "write")
+        child.expect_exact("Done.")
+        seen = child.before
+        assert finish(child) == 0
+    assert "\x1b[32m      +plain\x1b[0m" in seen  # the agent's own colour reaches the terminal
+    assert "\\x1b[32m" not in seen  # and is not shown as text
+    assert "+evil \\x1b]0;pwned\\x07 title" in seen  # what the file holds is shown escaped
+    assert "\x1b]0;" not in seen
