@@ -26,6 +26,8 @@ from pathlib import Path
 from minimal_agent import display
 
 MAX_KEPT = 10 * 1024 * 1024  # bytes: a larger file is not kept, and is named when it changes
+MAX_SEEN = 2**30  # bytes of the workdir's files a session reads into its store at most: run in
+# a huge folder (a home folder), it keeps the first GB, not a copy of everything
 SKIPPED_FOLDERS = {".git"}  # never walked, kept nor restored: it stays as the commands left it
 JOURNAL, KEPT, SEEN = "journal.jsonl", "kept", "seen"
 CHANGES_NOTHING = {"read_file"}  # tools that change no file: a step of only these is not walked
@@ -55,6 +57,7 @@ class Blobs:
         self.folder, self.into = folder, into  # into: where add() puts a new content
         self.where: dict[str, tuple[str, int, int]] = {}  # hash -> (file, offset, size)
         self.files: dict[str, io.BufferedIOBase] = {}
+        self.seen_bytes, self.full = 0, False  # what went into `seen`; MAX_SEEN reached
         if into == SEEN:
             (folder / SEEN).unlink(missing_ok=True)
         try:
@@ -78,6 +81,14 @@ class Blobs:
             file.write(data)
             file.flush()
         return digest
+
+    def room(self, size: int) -> bool:
+        """Whether a content of size bytes may still be read into the store."""
+        if self.into != SEEN or self.seen_bytes + size <= MAX_SEEN:
+            self.seen_bytes += size if self.into == SEEN else 0
+            return True
+        self.full = True
+        return False
 
     def keep(self, digest: str) -> None:
         """Copy a content from `seen` into `kept`, where the journal can rely on it."""
@@ -143,7 +154,7 @@ def entry_of(full: str, info: os.stat_result, blobs: Blobs | None) -> dict | Non
     if not stat.S_ISREG(info.st_mode):
         return None  # a pipe or a device: nothing to keep
     digest = None
-    if info.st_size <= MAX_KEPT:
+    if info.st_size <= MAX_KEPT and (blobs is None or blobs.room(info.st_size)):
         try:
             with open(full, "rb") as file:
                 data = file.read()
@@ -206,6 +217,7 @@ class Recorder:
         self.seen: dict[str, tuple[tuple, dict | None]] = {}  # path -> (stat key, entry)
         self.before: dict[str, dict] | None = None  # the open step's state, else None
         self.not_kept: set[str] = set()
+        self.said_full = False
 
     def write(self, line: dict) -> None:
         if self.journal is None:
@@ -265,11 +277,11 @@ class Recorder:
             self.write({"event": "turn", "turn": self.turn, "task": self.task})
             self.history.tasks[self.turn] = self.task
         self.write({"event": "changes", "turn": self.turn, "changes": changed})
-        for path, _, entry in changed:
-            if entry and entry.get("hash", "") is None and path not in self.not_kept:
+        for path, before, _ in changed:  # what --undo would need and does not have
+            if before and before.get("hash", "") is None and path not in self.not_kept:
                 self.not_kept.add(path)
-                limit = MAX_KEPT // 2**20
-                display.say(f"      not kept: {path} is over {limit} MB; --undo cannot restore it")
+                why = why_not_kept(before)
+                display.say(f"      not kept: {path} ({why}); --undo cannot restore it")
 
     def snapshot(self) -> dict[str, dict]:
         """Every path's entry; a file whose stat is as last seen is not read again."""
@@ -285,6 +297,12 @@ class Recorder:
             if entry:
                 entries[path] = entry
         self.seen = seen
+        if self.blobs.full and not self.said_full:
+            self.said_full = True
+            display.say(
+                f"      undo: the workdir's files pass {MAX_SEEN / 2**30:g} GB; those past it are "
+                "not kept, so --undo cannot restore them if they change"
+            )
         return entries
 
     def close(self) -> None:
@@ -465,7 +483,7 @@ def restore(folder, event: str, turn: int, expected: dict, wanted: dict, force: 
     with open(folder / JOURNAL, "a", encoding="utf-8") as journal:
         line = {"event": event, "turn": turn, "took": took, "paths": paths}
         journal.write(json.dumps(line, ensure_ascii=False) + "\n")
-    return describe(took, sorted(lost))
+    return describe(took, {path: wanted[path] for path in sorted(lost)})
 
 
 def strangers(root: str, wanted: dict, found: dict) -> list[str]:
@@ -529,7 +547,7 @@ def write_file(full: str, data: bytes, entry: dict) -> None:
     os.replace(temporary, full)
 
 
-def describe(took: list, lost: list[str]) -> list[str]:
+def describe(took: list, lost: dict[str, dict]) -> list[str]:
     """One line per path: what it holds again (a file moved elsewhere said as a move), and
     the files that could not be restored."""
     removed = {p: now["hash"] for p, now, then in took if then is None and is_file(now)}
@@ -555,8 +573,16 @@ def describe(took: list, lost: list[str]) -> list[str]:
             lines.append(f"restored the mode of {path} ({oct(then['mode'])[2:]})")
         else:
             lines.append(f"restored: {path}")
-    limit = MAX_KEPT // 2**20
-    return lines + [f"cannot restore {path}: it was not kept (over {limit} MB)" for path in lost]
+    return lines + [
+        f"cannot restore {path}: it was not kept ({why_not_kept(entry)})"
+        for path, entry in lost.items()
+    ]
+
+
+def why_not_kept(entry: dict) -> str:
+    if entry["size"] > MAX_KEPT:
+        return f"it is over {MAX_KEPT // 2**20} MB"
+    return f"the workdir's files passed the {MAX_SEEN / 2**30:g} GB kept for --undo"
 
 
 def is_file(entry: dict | None) -> bool:

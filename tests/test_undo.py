@@ -237,12 +237,34 @@ def test_a_file_over_the_size_limit_is_named_and_undo_says_it_cannot(
     script = [write("big.txt", "c" * 300, "c1"), write("small.txt", "s\n", "c2"), done()]
     with StubServer(script) as server:
         proc = agent(server, workdir, sessions, "grow")
-    assert "not kept: big.txt is over" in proc.stderr
+    assert "not kept: big.txt (it is over" in proc.stderr
     undone = take_back(workdir, sessions, "--undo")
     assert undone.returncode == 0, undone.stderr
     assert "cannot restore big.txt" in undone.stderr
     assert not (workdir / "small.txt").exists()
     assert (workdir / "big.txt").read_text() == "c" * 300
+
+
+def test_a_huge_workdir_is_kept_only_up_to_the_limit_and_undo_says_what_it_cannot_restore(
+    workdir, sessions, monkeypatch
+):
+    monkeypatch.setattr(changes, "MAX_SEEN", 2_500)  # a GB, in small
+    for name in ("a", "b", "c", "d"):
+        (workdir / f"{name}.txt").write_text(name * 1_000)
+    script = [shell("for f in *.txt; do echo more >> $f; done", "c1"), done()]
+    with StubServer(script) as server:
+        proc = agent(server, workdir, sessions, "--yes", "append to every file")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("those past it are not kept") == 1
+    assert proc.stderr.count("not kept: ") == 2  # the two files --undo cannot restore
+    [store] = sessions.glob("*.changes")
+    assert sum(p.stat().st_size for p in store.rglob("*") if p.is_file()) < 6_000
+    undone = take_back(workdir, sessions, "--undo")
+    assert undone.returncode == 0, undone.stderr
+    lost = [line for line in undone.stderr.splitlines() if "cannot restore" in line]
+    assert len(lost) == 2 and all("passed the" in line for line in lost)
+    restored = [name for name in "abcd" if (workdir / f"{name}.txt").read_text() == name * 1_000]
+    assert len(restored) == 2  # the two that were kept are as before
 
 
 def test_only_what_changed_is_kept_and_nothing_in_the_workdir(workdir, sessions):
