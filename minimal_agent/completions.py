@@ -63,8 +63,9 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
 
     Without show, a plain `client.chat.completions.create(**request)`. With show, the reply is
     streamed: show("thinking", text) and show("text", text) get the reasoning and the content
-    as they arrive, and the chunks are put together by the SDK's own accumulator into the
-    ChatCompletion a plain request returns, so nothing after the request can tell the two apart.
+    as they arrive (show("note", text) a line between them), and the chunks are put together
+    by the SDK's own accumulator into the ChatCompletion a plain request returns, so nothing
+    after the request can tell the two apart.
     A stream that breaks off is asked for again once, as the SDK asks again after a failed
     request; nothing of the broken one is kept. A reply that does not arrive whole then, or
     a stream the server stopped sending, raises AgentError.
@@ -81,7 +82,7 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     try:
         return streamed(client, show, request)
     except BrokenStream as broken:
-        say(f"{broken}; asking again (nothing of that one is kept)")
+        show("note", f"{broken}; asking again (nothing of that one is kept)")
     try:
         return streamed(client, show, request)
     except BrokenStream as broken:

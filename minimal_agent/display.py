@@ -214,13 +214,18 @@ def waiting(step: int, stream: bool = False):
     """While a request runs: on a terminal, a line counting the seconds (never in a pipe, a
     log, or under a debugger, whose prompt it would overwrite). With stream, yields the function
     that shows the reply's thinking and text as they arrive, on stderr (the counting line gives
-    way to them); without, yields None."""
+    way to them), or a note between them; without, yields None."""
     animate = sys.stderr.isatty() and not debugger_attached()
     stop_counting = count_seconds(step) if animate else lambda: None
     shown = {"kind": None}  # what the last piece shown was: "thinking", "text" or None
 
     def show(kind: str, text: str) -> None:
         stop_counting()
+        if kind == "note":  # a line of its own (a broken stream asked again): what comes next
+            end_piece(shown["kind"])  # is labelled anew
+            shown["kind"] = None
+            say(text)
+            return
         if kind != shown["kind"]:
             end_piece(shown["kind"])
             begin_piece(kind, step)

@@ -210,3 +210,17 @@ def test_a_broken_stream_is_asked_again_once_and_nothing_of_it_is_kept(notes, se
     text = transcript.read_text()
     assert "Lost" not in text and "lost1" not in text and "Kept thinking." in text
     assert "steps 2, tool calls 1, " in proc.stderr  # the broken attempt is no step
+
+
+@on_a_terminal
+def test_after_a_broken_stream_the_retrys_thinking_is_labelled_anew(notes, sessions):
+    script = [
+        Streamed(reply("Lost words.", reasoning="Lost thinking."), end="drop"),
+        reply("Kept words.", reasoning="Kept thinking."),
+    ]
+    with StubServer(script) as server:
+        child = spawn_in(server, sessions, "--workdir", str(notes), "--stream", "say it")
+        child.expect_exact("asking again (nothing of that one is kept)")
+        child.expect_exact("[1] thinking: ")  # a label of its own, not a continued line
+        child.expect_exact("Kept thinking.")
+        assert finish(child) == 0
