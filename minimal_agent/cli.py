@@ -667,7 +667,8 @@ def report_bug(save: str | None) -> int:
     """Called inside an except block: an error no user can cause; keep its traceback."""
     import traceback
 
-    traceback.print_exc()
+    for line in traceback.format_exc().splitlines():  # escaped: it may quote the model's words
+        display.say(line)
     transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
     display.say(
         "this is a bug in the agent, not something you did: please report it on the project's "

@@ -275,3 +275,18 @@ def test_an_error_quoting_the_server_reaches_the_terminal_escaped(workdir):
         output = written(child)
     assert_nothing_raw(output)
     assert rb"bad request \x1b]52;c;" in output
+
+
+def test_a_bugs_traceback_is_shown_escaped(workdir, monkeypatch):
+    # A bug's exception may quote the model's words: its traceback goes through the escaping
+    # too. The bug is made by breaking the request function from outside.
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom \x1b]0;pwned\x07 \x1b[8mhidden")
+
+    monkeypatch.setattr("minimal_agent.completions.complete", broken)
+    with StubServer([reply("never")]) as server:
+        proc = run_in_process("--workdir", str(workdir), "hi", env=stub_env(server))
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "this is a bug in the agent" in proc.stderr
+    assert "boom \\x1b]0;pwned\\x07 \\x1b[8mhidden" in proc.stderr
+    assert "\x1b]" not in proc.stderr and "\x1b[8m" not in proc.stderr
