@@ -45,8 +45,9 @@ SYSTEM_PROMPT = (
 
 class Workspace:
     """What the tools act on, made once per session: the folder they work in (the workdir),
-    how long a shell command may run, whether the user approved every command already, and
-    whether commands run in the sandbox. Every tool gets it as its first argument."""
+    how long a shell command may run, whether the user approved every command already,
+    whether commands run in the sandbox and what of the environment they get, and whether
+    writes are confirmed. Every tool gets it as its first argument."""
 
     def __init__(
         self,
@@ -61,6 +62,8 @@ class Workspace:
         self.approve_all = approve_all  # --yes, or "a" at the approval prompt: the whole session
         self.sandbox = sandbox  # --sandbox: run_shell's commands run under bubblewrap
         self.confirm_writes = False  # --confirm-writes: write_file asks first, with the diff
+        self.key = ""  # the agent's API key: no command gets a variable holding it
+        self.pass_env: frozenset[str] = frozenset()  # LLM_PASS_ENV: what commands get anyway
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
 
     def path(self, name: str) -> str:

@@ -66,12 +66,12 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             client = model_client.create_client(config, timeout=args.request_timeout)
             check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
-        processes.keep_key_from_commands(config["api_key"], config["LLM_PASS_ENV"])
+        pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
         if args.sandbox:
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
         display.say(f"{source}; workdir {args.workdir}{sandboxed}")
-        session = open_session(agent, args, config, model)
+        session = open_session(agent, args, config, model, pass_env)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
         result = (agent.chat if args.chat else agent.run)(
@@ -407,10 +407,12 @@ def check_paths(args: argparse.Namespace) -> None:
     sessions.check_new_save(save)
 
 
-def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> Session:
+def open_session(
+    agent, args: argparse.Namespace, config: dict, model: str, pass_env: frozenset[str]
+) -> Session:
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
-    agent is the lesson's module (see main())."""
+    agent is the lesson's module (see main()); pass_env, what commands get anyway."""
     try:
         prices = cost.prices_for(model, config)
     except cost.PriceError as error:
@@ -419,6 +421,7 @@ def open_session(agent, args: argparse.Namespace, config: dict, model: str) -> S
     if max_cost and not prices:
         raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
     workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
+    workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
     workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:

@@ -29,10 +29,6 @@ SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD")  # in a name, any case: ke
 SANDBOX_ENV = ("PATH", "HOME", "LANG", "TERM", "TZ", "USER")  # and LC_*: all a sandbox gets
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
-# What the settings add to the environment policy; keep_key_from_commands sets them.
-agent_key = ""  # the agent's own key, wherever it came from: no command gets a variable holding it
-passed_through: frozenset[str] = frozenset()  # LLM_PASS_ENV: names passed to commands anyway
-
 
 def run_command(command: str, ws) -> tuple[int | None, str]:
     """Run command in ws.folder (under bubblewrap with ws.sandbox) and return its exit code
@@ -45,7 +41,7 @@ def run_command(command: str, ws) -> tuple[int | None, str]:
     with display.command_output() as show, signals_held() as let_through:
         before = known_descendants() if ON_LINUX else set()  # the agent's, not the command's
         output = Output(files.keep(ws.max_result_chars) - 100, show)  # room for the status line
-        proc = start_command(command, ws.folder, ws.sandbox)
+        proc = start_command(command, ws)
         try:
             reader = threading.Thread(target=output.read, args=(proc.stdout,), daemon=True)
             reader.start()
@@ -98,14 +94,14 @@ class Output:
             return files.joined(self.head, self.tail, left_out, "characters")
 
 
-def start_command(command: str, folder: str, sandbox: bool):  # -> subprocess.Popen
-    """Start command in folder in a process group of its own, so that one kill reaches all it
-    starts; stdin closed, stdout and stderr into one pipe, secrets kept from its environment.
-    With sandbox, under bwrap."""
+def start_command(command: str, ws):  # -> subprocess.Popen
+    """Start command in ws.folder in a process group of its own, so that one kill reaches all
+    it starts; stdin closed, stdout and stderr into one pipe, secrets kept from its
+    environment. With ws.sandbox, under bwrap."""
     import subprocess
 
     streams = {"stdin": subprocess.DEVNULL, "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
-    env = command_environment(sandbox)
+    folder, sandbox, env = ws.folder, ws.sandbox, command_environment(ws)
     if ON_WINDOWS:  # cmd.exe; a console's Ctrl-C then reaches only the agent, which kills the tree
         flags = subprocess.CREATE_NEW_PROCESS_GROUP
         return subprocess.Popen(
@@ -121,16 +117,17 @@ def start_command(command: str, folder: str, sandbox: bool):  # -> subprocess.Po
     )
 
 
-def command_environment(sandbox: bool) -> dict[str, str]:
+def command_environment(ws) -> dict[str, str]:
     """The agent's environment less every variable whose name holds KEY, SECRET, TOKEN or
-    PASSWORD (any case), as Codex does; in the sandbox, only PATH, HOME, LANG, LC_*, TERM, TZ
-    and USER. LLM_PASS_ENV's names pass anyway; the agent's own key never does, by any name."""
-    keys = {agent_key, os.environ.get("LLM_API_KEY", "")} - {""}
+    PASSWORD (any case), as Codex does; in the sandbox (ws.sandbox), only PATH, HOME, LANG,
+    LC_*, TERM, TZ and USER. ws.pass_env's names (LLM_PASS_ENV) pass anyway; the agent's own
+    key (ws.key, and LLM_API_KEY's value) never does, by any name."""
+    keys = {ws.key, os.environ.get("LLM_API_KEY", "")} - {""}
 
     def allowed(name: str) -> bool:
-        if name in passed_through:
+        if name in ws.pass_env:
             return True
-        if sandbox:
+        if ws.sandbox:
             return name in SANDBOX_ENV or name.startswith("LC_")
         return not any(word in name.upper() for word in SECRET_WORDS)
 
@@ -139,10 +136,9 @@ def command_environment(sandbox: bool) -> dict[str, str]:
     }
 
 
-def keep_key_from_commands(api_key: str, pass_env: str) -> None:
-    """Note the agent's key (from config.env or the environment) and LLM_PASS_ENV's names
-    (comma-separated) for command_environment; a name that holds the key is a mistake."""
-    global agent_key, passed_through
+def pass_env_names(api_key: str, pass_env: str) -> frozenset[str]:
+    """LLM_PASS_ENV's names (comma-separated), for a workspace's pass_env; a name that holds
+    the agent's key (from config.env or the environment) is a mistake."""
     names = frozenset(name.strip() for name in pass_env.split(",") if name.strip())
     for name in sorted(names):
         if name == "LLM_API_KEY" or (api_key and os.environ.get(name) == api_key):
@@ -150,7 +146,7 @@ def keep_key_from_commands(api_key: str, pass_env: str) -> None:
                 f"LLM_PASS_ENV names {name}, which holds the agent's own key, and that never "
                 "reaches a command: remove it from LLM_PASS_ENV"
             )
-    agent_key, passed_through = api_key, names
+    return names
 
 
 def bwrap_command(folder: str, *command: str) -> list[str]:

@@ -169,7 +169,7 @@ def test_on_windows_the_command_runs_through_cmd_exe_in_a_new_process_group(wind
     assert shell("echo out && echo err 1>&2") == "exit code 0\nout\nerr\n"
     [(args, options)] = started
     assert args == "echo out && echo err 1>&2"
-    assert options.pop("env") == processes.command_environment(sandbox=False)
+    assert options.pop("env") == processes.command_environment(WORKSPACE[0])
     assert options == {
         "shell": True,  # cmd.exe, as COMSPEC names it
         "cwd": WORKSPACE[0].folder,
