@@ -78,6 +78,20 @@ def assert_nothing_raw(output: bytes) -> None:
 
 # --- 1. The approval prompt shows what will run ------------------------------------------------
 
+
+def approved_on_terminal(workdir, command: str) -> tuple[str, bytes, StubServer]:
+    """The model proposes command and the user approves it, on the terminal: the screen at
+    the prompt, everything written to the terminal, and the stub (what it was sent)."""
+    with StubServer([shell_call("c1", command), reply("done")]) as server:
+        child = agent_on_terminal(server, "--workdir", str(workdir), "go")
+        child.expect_exact(PROMPT)
+        shown = screen(written(child))
+        child.sendline("y")
+        child.expect_exact("done")
+        assert finish(child) == 0
+    return shown, written(child), server
+
+
 MANY_LINES = "touch X" + "\n" * 120 + "echo all fine"
 ONE_LONG_LINE = "touch X;" + " " * 19_979 + "echo all fine"
 
@@ -91,17 +105,11 @@ ONE_LONG_LINE = "touch X;" + " " * 19_979 + "echo all fine"
 def test_a_long_commands_start_and_end_and_size_fit_on_the_screen_at_the_prompt(
     workdir, command, counts
 ):
-    with StubServer([shell_call("c1", command), reply("done")]) as server:
-        child = agent_on_terminal(server, "--workdir", str(workdir), "go")
-        child.expect_exact(PROMPT)
-        shown = screen(written(child))
-        assert "$ touch X" in shown  # the dangerous start has not scrolled away
-        assert "echo all fine" in shown
-        assert counts in shown
-        assert shown.rstrip().splitlines()[-1].strip().startswith("Run it?")
-        child.sendline("y")
-        child.expect_exact("done")
-        assert finish(child) == 0
+    shown, _, server = approved_on_terminal(workdir, command)
+    assert "$ touch X" in shown  # the dangerous start has not scrolled away
+    assert "echo all fine" in shown
+    assert counts in shown
+    assert shown.rstrip().splitlines()[-1].strip().startswith("Run it?")
     assert (workdir / "X").exists()  # what ran is the command as the model wrote it
     assert server.requests[1]["messages"][-1]["content"] == "exit code 0\nall fine\n"
     assert server.problems == []
@@ -110,13 +118,7 @@ def test_a_long_commands_start_and_end_and_size_fit_on_the_screen_at_the_prompt(
 @on_a_terminal
 def test_a_short_command_of_several_lines_is_shown_whole_line_by_line(workdir):
     command = "cat > notes.txt <<'EOF'\nfirst\n\tsecond\nEOF"
-    with StubServer([shell_call("c1", command), reply("done")]) as server:
-        child = agent_on_terminal(server, "--workdir", str(workdir), "go")
-        child.expect_exact(PROMPT)
-        shown = screen(written(child))
-        child.sendline("y")
-        child.expect_exact("done")
-        assert finish(child) == 0
+    shown, _, _ = approved_on_terminal(workdir, command)
     block = ["  $ cat > notes.txt <<'EOF'", "  > first", "  > \\tsecond", "  > EOF"]
     assert "\n".join(block) in shown
     assert "4 lines, 41 characters" in shown
@@ -126,14 +128,7 @@ def test_a_short_command_of_several_lines_is_shown_whole_line_by_line(workdir):
 @on_a_terminal
 def test_control_characters_in_a_command_are_shown_escaped_and_run_as_written(workdir):
     command = "echo 'looks safe\r\x1b[2K\x1b[8mhidden\u202etxt.exe' > f.txt"
-    with StubServer([shell_call("c1", command), reply("done")]) as server:
-        child = agent_on_terminal(server, "--workdir", str(workdir), "go")
-        child.expect_exact(PROMPT)
-        shown = screen(written(child))
-        child.sendline("y")
-        child.expect_exact("done")
-        assert finish(child) == 0
-        output = written(child)
+    shown, output, _ = approved_on_terminal(workdir, command)
     assert r"$ echo 'looks safe\r\x1b[2K\x1b[8mhidden\u202etxt.exe' > f.txt" in shown
     assert "control characters are shown as escapes" in shown
     assert_nothing_raw(output)
