@@ -65,6 +65,7 @@ class Workspace:
         self.key = ""  # the agent's API key: no command gets a variable holding it
         self.pass_env: frozenset[str] = frozenset()  # LLM_PASS_ENV: what commands get anyway
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
+        self.private: list[str] = []  # the agent's own records (real paths): tools never touch them
 
     def path(self, name: str) -> str:
         """The real location of name, relative to the folder; refused if it lies outside it."""
@@ -73,6 +74,7 @@ class Workspace:
             raise PermissionError(
                 f"{name} is outside the workdir; only paths inside it are allowed"
             )
+        files.refuse_private(self.private, target, name)  # a transcript, an undo store
         return target
 
 

@@ -42,6 +42,8 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
+    workdir_given = args.workdir is not None
+    args.workdir = args.workdir or default_workdir(lesson, installed)
     if args.show:
         return until_the_reader_stops(show_transcript, args.show)
     agent, model_client = lesson, lesson.model_client
@@ -56,6 +58,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
             return take_back(args, config)
+        moved = resumed_workdir(args, config, workdir_given)
         check_paths(args)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
@@ -70,7 +73,10 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         if args.sandbox:
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
-        display.say(f"{source}; workdir {args.workdir}{sandboxed}")
+        own = " (the conversation's own)" if args.transcript and not workdir_given else ""
+        display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
+        if moved:
+            display.say(moved)
         session = open_session(agent, args, config, model, pass_env)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
@@ -130,10 +136,10 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     add("task", nargs="*", metavar="TASK", help="the task, in words")
     add("--version", action="version", version=f"%(prog)s {VERSION}")
     add(
-        "--workdir",
-        default=os.getcwd() if installed else lesson.WORKDIR,
+        "--workdir",  # None when not given: -c/-r then go on where the conversation worked
         help="folder the tools act in (default: "
-        + ("the current folder)" if installed else "%(default)s)"),
+        + ("the current folder" if installed else default_workdir(lesson, installed))
+        + "; with -c/-r, the conversation's own)",
     )
     add("--model", help="model name (default: LLM_MODEL, else deepseek-flash)")
     add(
@@ -379,6 +385,43 @@ def looks_like_a_file(word: str) -> bool:
     return os.path.isfile(word) or (word.endswith(".jsonl") and len(word.split()) == 1)
 
 
+def default_workdir(lesson, installed: bool) -> str:
+    """Where the tools act without --workdir: the installed command's current folder, the
+    lesson's playground for python agent.py."""
+    return os.getcwd() if installed else lesson.WORKDIR
+
+
+def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str | None:
+    """-c or -r: the conversation's transcript found (args.transcript; None for a new one),
+    and the workdir it goes on in: the one it recorded last, unless --workdir names another
+    (given); then the line that says its history was about the other folder is returned."""
+    args.transcript = None
+    if not (args.continue_last or args.resume):
+        return None
+    folder = sessions_folder(config)
+    if args.resume:
+        args.transcript = sessions.resolve(args.resume, folder)
+    else:
+        args.transcript = sessions.latest_for(args.workdir, folder)
+        if args.transcript is None:
+            raise AgentError(
+                f"there is no saved conversation of the workdir {args.workdir} (in {folder}) to "
+                "continue: start one with a task; --sessions lists the saved ones"
+            )
+    recorded = sessions.recorded_workdirs(args.transcript)
+    if not recorded:  # an older transcript: the workdir as given
+        return None
+    if not given:
+        args.workdir = recorded[-1]
+        return None
+    if os.path.normcase(os.path.realpath(args.workdir)) == os.path.normcase(recorded[-1]):
+        return None
+    return (
+        f"note: this conversation's history is about the workdir {recorded[-1]}; its tools "
+        f"now act in {args.workdir} (--workdir)"
+    )
+
+
 def check_paths(args: argparse.Namespace) -> None:
     """Refuse a --workdir or --save that cannot work, naming the option, before any request."""
     workdir, save = args.workdir, args.save
@@ -425,7 +468,7 @@ def open_session(
     workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
-        save, history, compaction = resumed(args, config, workspace.folder)
+        save, history, compaction = resumed(args)
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(sessions_folder(config))
     max_tokens = args.max_tokens or max_tokens_setting(config)
@@ -442,6 +485,7 @@ def open_session(
         model=model,
         history=history,
         save=save,
+        sessions_folder=sessions_folder(config),
         stream=streaming(args),
         raw=args.raw,
         max_tokens=max_tokens,
@@ -472,19 +516,10 @@ def context_window(
     return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=tools)
 
 
-def resumed(args: argparse.Namespace, config: dict, workdir: str) -> tuple:
+def resumed(args: argparse.Namespace) -> tuple:
     """-c or -r: the transcript's path, its messages (checked before anything is sent or
     added), and its last compaction record (or None)."""
-    folder = sessions_folder(config)
-    if args.resume:
-        path = sessions.resolve(args.resume, folder)
-    else:
-        path = sessions.latest_for(workdir, folder)
-        if path is None:
-            raise AgentError(
-                f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
-                "continue: start one with a task; --sessions lists the saved ones"
-            )
+    path = args.transcript  # found by resumed_workdir
     sessions.check_not_in_use(path)  # first: a live agent's last line may be half written
     try:
         lines = transcript_lines(path)
@@ -529,15 +564,17 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
                 f"there is no saved conversation of the workdir {args.workdir} (in {folder}), "
                 f"so nothing to {action}; -r ID names another (--sessions lists them)"
             )
-    store = sessions.changes_folder(path)
+    store = sessions.changes_folder(path, folder)
+    name = path.name.removesuffix(sessions.SUFFIX)
     if not store.is_dir():
-        name = path.name.removesuffix(sessions.SUFFIX)
         raise AgentError(
             f"the conversation {name} changed no file, so nothing to {action}; -r ID names "
             "another (--sessions lists them)"
         )
     with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
-        done = changes.take_back(store, action, args.force, f"--{action} --force")
+        workdirs = sessions.recorded_workdirs(path)
+        how = f"--{action} --force"
+        done = changes.take_back(store, action, args.force, how, workdirs, name)
     return 0 if done else 1
 
 

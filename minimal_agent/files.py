@@ -105,6 +105,18 @@ def write_atomically(folder: str, file: str, content: str) -> int:
     return len(data)
 
 
+def refuse_private(private: list[str], target: str, name: str) -> None:
+    """PermissionError if target (a real path) is one of private's paths or inside one: the
+    agent's own records (the sessions folder, a transcript, an undo store), which the tools
+    must never read or write, even where they lie in the workdir."""
+    for path in private:
+        inside = False
+        with contextlib.suppress(ValueError):  # Windows: another drive
+            inside = os.path.normcase(os.path.commonpath([path, target])) == os.path.normcase(path)
+        if inside:
+            raise PermissionError(f"{name} is one of the agent's own records; tools cannot use it")
+
+
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 # POSIX: each component is opened relative to its folder's descriptor. Windows has no such
 # calls: there the path is checked (Workspace.path) and then used by name.

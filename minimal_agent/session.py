@@ -48,6 +48,7 @@ class Session:
         model: str | None = None,
         history: list[dict] | None = None,
         save: str | os.PathLike | None = None,
+        sessions_folder: str | os.PathLike | None = None,
         stream: bool = False,
         raw: bool = False,
         max_tokens: int | None = None,
@@ -62,11 +63,19 @@ class Session:
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
-        # What each turn changes in the workdir, kept beside the transcript for --undo.
+        self.messages = Conversation(history or [], self.transcript)
+        # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
+        # as the transcript, out of the tools' reach.
         self.changes = None
         if save:
-            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
-        self.messages = Conversation(history or [], self.transcript)
+            folder = sessions_folder or os.path.dirname(os.path.abspath(save))
+            store = sessions.changes_folder(save, folder)
+            workspace.private += own_records(workspace.folder, sessions_folder, save, store)
+            if sessions_folder:
+                changes.clear_stale(sessions_folder)
+            self.changes = changes.Recorder(workspace.folder, store, workspace.private)
+            if history:
+                self.note_workdir(save)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.
         self.system_message = None if history else self.with_agents_file()
@@ -80,6 +89,13 @@ class Session:
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
+
+    def note_workdir(self, save: str | os.PathLike) -> None:
+        """A resumed conversation going on in a workdir other than its last: said in its
+        transcript, so that --undo knows where each turn ran."""
+        recorded = sessions.recorded_workdirs(save)
+        if not recorded or recorded[-1] != self.workspace.folder:
+            self.messages.save({"event": "workdir", "workdir": self.workspace.folder})
 
     @property
     def limits(self) -> dict:
@@ -148,6 +164,8 @@ class Session:
         workdir's state is recorded (minimal_agent/changes.py), for --undo."""
         self.check_budget()
         sent = self.within_window(client, request, messages)
+        if self.changes:  # the workdir stays as it is until the reply: walked meanwhile
+            self.changes.walk_ahead()
         with display.waiting(step, self.stream) as show:
             try:
                 resp = completions.ask(client, sent, request, self.quirks, display.say, show)
@@ -178,7 +196,11 @@ class Session:
             if not self.changes:
                 display.say(f"{name}: this conversation is not saved, so nothing was recorded")
             else:
-                changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force")
+                save = self.transcript.path
+                workdirs = sessions.recorded_workdirs(save)
+                name_of = os.path.basename(save).removesuffix(sessions.SUFFIX)
+                changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force",
+                                  workdirs, name_of)  # fmt: skip
         elif name == "/diff" and not rest:
             diffs.show_last_turn(self.changes.folder if self.changes else None)
         elif name == "/think" and [word.lower() for word in rest] in (["on"], ["off"]):
@@ -397,6 +419,22 @@ class Session:
             self.changes.close()
         if self.transcript:
             self.transcript.close()
+
+
+def own_records(workdir: str, sessions_folder, save, store) -> list[str]:
+    """The real paths the tools must never touch (Workspace.private): the sessions folder
+    (every conversation's transcript and store), unless the workdir lies inside it, then this
+    conversation's transcript and store only; and a --save FILE transcript wherever it is."""
+    paths = [os.path.realpath(path) for path in (save, store)]
+    if sessions_folder:
+        folder = os.path.realpath(sessions_folder)
+        try:
+            holds_workdir = os.path.commonpath([folder, workdir]) == folder
+        except ValueError:  # Windows: another drive
+            holds_workdir = False
+        if not holds_workdir:
+            paths.append(folder)
+    return paths
 
 
 def new_totals() -> dict:

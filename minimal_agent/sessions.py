@@ -38,6 +38,7 @@ HEAD_BYTES = 64 * 1024  # the most of a first line read to look for the session 
 LOCK_OFFSET = 2**31 - 1  # Windows: the byte locked, far past any data, so no read is blocked
 TASK_WIDTH = 60
 WORKDIR_WIDTH = 32
+SAVED_STORES = "saved"  # the subfolder of the stores of --save FILE conversations
 CURRENCY_SYMBOLS = {"USD": "$", "CNY": "¥", "EUR": "€", "GBP": "£"}
 
 
@@ -381,12 +382,40 @@ def _short_path(path: str) -> str:
     return path if len(path) <= WORKDIR_WIDTH else "..." + path[-(WORKDIR_WIDTH - 3) :]
 
 
-def changes_folder(transcript: str | os.PathLike) -> Path:
+def changes_folder(transcript: str | os.PathLike, folder: str | os.PathLike) -> Path:
     """Where a conversation's changes to its workdir are kept for --undo (minimal_agent/
-    changes.py): the folder beside its transcript, named as it is (ID.changes), so that the
-    two go together; the listing and --resume look at .jsonl files only."""
+    changes.py), always in the sessions folder, never beside a --save FILE that may lie in the
+    workdir: for a transcript in folder, the folder beside it named as it is (ID.changes), so
+    the two go together; for any other, folder/saved/NAME-KEY.changes, KEY drawn from the
+    transcript's real path. The listing and --resume look at .jsonl files only."""
     path = Path(transcript)
-    return path.with_name(path.name.removesuffix(SUFFIX) + ".changes")
+    stem = path.name.removesuffix(SUFFIX)
+    if _same_path(path.parent) == _same_path(folder):
+        return path.with_name(stem + ".changes")
+    import hashlib  # here: OpenSSL's loading would slow every start
+
+    key = hashlib.blake2b(_same_path(path).encode("utf-8", "surrogateescape"), digest_size=6)
+    return Path(folder) / SAVED_STORES / f"{stem}-{key.hexdigest()}.changes"
+
+
+def recorded_workdirs(path: str | os.PathLike) -> list[str]:
+    """The workdirs a transcript says its conversation worked in: the session event's, then
+    each workdir event's (a -c/-r that named another --workdir), in order; the last is where it
+    goes on. Read as text lines that hold "event"; [] for a transcript without a session
+    event (older ones)."""
+    found = []
+    try:
+        with open(path, "rb") as file:
+            for line in file:
+                if b'"event"' not in line[:40] or not line.endswith(b"\n"):
+                    continue
+                event = _parse(line)
+                if isinstance(event, dict) and event.get("event") in ("session", "workdir"):
+                    if isinstance(event.get("workdir"), str):
+                        found.append(event["workdir"])
+    except OSError:
+        return []
+    return found
 
 
 # --- Finding one again ------------------------------------------------------------------------
@@ -422,21 +451,25 @@ def _session_of(path: Path) -> dict | None:
 
 
 def resolve(id_or_file: str, folder: str | os.PathLike) -> Path:
-    """-r/--resume: a transcript file, or the conversation in folder with this ID, or the only
-    one whose ID starts so (case ignored). SessionError when none or several match."""
+    """-r/--resume: a conversation in folder with this ID, or the only one whose ID starts so
+    (case ignored); or a transcript file, given as a path: with a path separator (./name) or
+    ending in .jsonl. A bare word is an ID only, so a file of that name in the current folder
+    (a repository can ship one) is never taken for the user's conversation. SessionError when
+    none or several match."""
     value = id_or_file.strip()
     if not value:
         raise SessionError(
             "--resume needs a conversation's ID or a transcript file: --sessions lists them"
         )
-    if os.path.isfile(value):
+    is_path = any(sep in value for sep in (os.sep, os.altsep) if sep)
+    if (is_path or value.endswith(SUFFIX)) and os.path.isfile(value):
         return Path(os.path.abspath(value))
-    if any(sep in value for sep in (os.sep, os.altsep) if sep):
+    if is_path:
         raise SessionError(
             f"{value}: no such file: --resume takes a transcript file or a conversation's ID "
             "(--sessions lists them)"
         )
-    wanted = (value[: -len(SUFFIX)] if value.endswith(SUFFIX) else value).casefold()
+    wanted = value.removesuffix(SUFFIX).casefold()
     try:
         names = sorted(n[: -len(SUFFIX)] for n in os.listdir(folder) if n.endswith(SUFFIX))
     except OSError:
@@ -446,9 +479,10 @@ def resolve(id_or_file: str, folder: str | os.PathLike) -> Path:
     if len(found) == 1:
         return Path(folder) / (found[0] + SUFFIX)
     if not found:
+        file_hint = f" (a file of that name is given as ./{value})" if os.path.isfile(value) else ""
         raise SessionError(
-            f"no conversation {value} in {folder}, and no such file: --sessions lists the "
-            "recent ones with their IDs"
+            f"no conversation {value} in {folder}{file_hint}: --sessions lists the recent ones "
+            "with their IDs"
         )
     shown = ", ".join(found[:3]) + (", ..." if len(found) > 3 else "")
     raise SessionError(
@@ -473,7 +507,7 @@ def open_for_append(path: str | os.PathLike) -> io.BufferedWriter:
     except OSError as error:
         raise SessionError(f"cannot open {path}: {error.strerror or error}") from None
     try:
-        _lock(fd, path)
+        lock(fd, path)
         return os.fdopen(fd, "ab")
     except BaseException:
         os.close(fd)
@@ -488,7 +522,7 @@ def check_not_in_use(path: str | os.PathLike) -> None:
         open_for_append(path).close()
 
 
-def _lock(fd: int, path: str | os.PathLike) -> None:
+def lock(fd: int, path: str | os.PathLike) -> None:
     if sys.platform == "win32":
         import msvcrt
 
