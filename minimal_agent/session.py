@@ -73,7 +73,14 @@ class Session:
             workspace.private += own_records(workspace.folder, sessions_folder, save, store)
             if sessions_folder:
                 changes.clear_stale(sessions_folder)
-            self.changes = changes.Recorder(workspace.folder, store, workspace.private)
+            try:
+                self.changes = changes.Recorder(workspace.folder, store, workspace.private)
+            except changes.BadStore as error:
+                name = os.path.basename(save).removesuffix(sessions.SUFFIX)
+                raise changes.BadStore(
+                    f"the undo record of the conversation {name} does not check out ({error}): "
+                    f"move {store} away to go on without it (its turns then cannot be undone)"
+                ) from None
             if history:
                 self.note_workdir(save)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
@@ -202,7 +209,10 @@ class Session:
                 changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force",
                                   workdirs, name_of)  # fmt: skip
         elif name == "/diff" and not rest:
-            diffs.show_last_turn(self.changes.folder if self.changes else None)
+            try:
+                diffs.show_last_turn(self.changes.folder if self.changes else None)
+            except changes.BadStore as error:
+                display.say(f"/diff: the undo record does not check out ({error})")
         elif name == "/think" and [word.lower() for word in rest] in (["on"], ["off"]):
             self.thinking = rest[0].lower()
             display.say(f"thinking: {self.thinking} from the next message on")

@@ -23,7 +23,7 @@ from conftest import ROOT, run_in_process, stub_env
 from stub_server import StubServer
 from test_undo import agent, done, shell, take_back, tree, write
 
-from minimal_agent import changes, sessions
+from minimal_agent import changes, files, sessions
 
 
 def store_of(sessions_folder: Path) -> Path:
@@ -145,10 +145,19 @@ def test_kept_content_that_is_not_what_its_hash_says_is_refused(workdir, session
     assert (workdir / "a.txt").read_text() == "the model's\n"
 
 
+@pytest.fixture(params=["by descriptors", "by names"])
+def reached(request, monkeypatch) -> str:
+    """Both ways a path is reached: folder by folder through descriptors (POSIX), and by
+    names checked one folder at a time (Windows, which has no descriptors of folders)."""
+    if request.param == "by names":
+        monkeypatch.setattr(files, "WALKS", False)
+    return request.param
+
+
 @pytest.mark.posix("symbolic links without privileges")
 @pytest.mark.parametrize("force", [False, True])
 def test_a_folder_replaced_by_a_link_is_a_conflict_and_nothing_is_written_through_it(
-    workdir, sessions_dir, tmp_path, force
+    workdir, sessions_dir, tmp_path, force, reached
 ):
     (workdir / "d").mkdir()
     (workdir / "d" / "keys").write_text("the user's keys\n")
@@ -168,7 +177,7 @@ def test_a_folder_replaced_by_a_link_is_a_conflict_and_nothing_is_written_throug
 
 @pytest.mark.posix("symbolic links without privileges")
 def test_links_planted_at_the_old_temporary_names_are_not_written_through(
-    workdir, sessions_dir, tmp_path
+    workdir, sessions_dir, tmp_path, reached
 ):
     edited(workdir, sessions_dir)
     outside = tmp_path / "outside.txt"
@@ -184,7 +193,9 @@ def test_links_planted_at_the_old_temporary_names_are_not_written_through(
 
 
 @pytest.mark.posix("FIFOs")
-def test_fifos_planted_at_the_old_temporary_names_do_not_hang_undo(workdir, sessions_dir):
+def test_fifos_planted_at_the_old_temporary_names_do_not_hang_undo(
+    workdir, sessions_dir, reached
+):
     edited(workdir, sessions_dir)
     fifo = workdir / f"a.txt.{os.getpid()}.undo"
     os.mkfifo(fifo)
@@ -459,7 +470,12 @@ def test_changes_module_keeps_no_seen_copy_after_the_session(workdir, sessions_d
 
 
 @pytest.mark.posix("POSIX file operations")
-def test_each_walk_after_the_first_sees_what_a_whole_walk_sees(workdir, tmp_path):
+@pytest.mark.parametrize("watched", [True, False])
+def test_each_walk_after_the_first_sees_what_a_whole_walk_sees(
+    workdir, tmp_path, watched, monkeypatch
+):
+    if not watched:  # macOS, Windows: a whole walk each time
+        monkeypatch.setattr(changes.Watcher, "start", classmethod(lambda cls: None))
     for number in range(30):
         folder = workdir / f"d{number % 3}" / f"e{number % 2}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -496,7 +512,19 @@ def test_each_walk_after_the_first_sees_what_a_whole_walk_sees(workdir, tmp_path
             step()
         recorder.step_ends()
         assert recorder.state == changes.walk(recorder.root, recorder.skip)
-        if sys.platform.startswith("linux"):
+        if watched and sys.platform.startswith("linux"):
             assert recorder.watcher is not None  # the rescans were checked, not whole walks
     finally:
         recorder.close()
+
+
+def test_a_resumed_conversation_with_a_broken_store_is_refused_in_one_line(workdir, sessions_dir):
+    edited(workdir, sessions_dir)
+    journal = store_of(sessions_dir) / "journal.jsonl"
+    journal.write_text('{"event": "turn"}\n' + journal.read_text())
+    with StubServer([done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "-c", "go on")
+    assert proc.returncode == 1 and server.requests == [] and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: the undo record of the conversation ")
+    assert "does not check out" in line and conversation_id(sessions_dir) in line
