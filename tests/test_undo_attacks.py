@@ -528,3 +528,22 @@ def test_a_resumed_conversation_with_a_broken_store_is_refused_in_one_line(workd
     line = proc.stderr.strip().splitlines()[-1]
     assert line.startswith("error: the undo record of the conversation ")
     assert "does not check out" in line and conversation_id(sessions_dir) in line
+
+
+@pytest.mark.linux("bubblewrap is Linux only")
+@pytest.mark.parametrize("parent", ["/tmp", "/var/tmp"])
+def test_a_sandboxed_command_cannot_write_any_conversations_store_or_transcript(workdir, parent):
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap (the bwrap command) is not installed")
+    with tempfile.TemporaryDirectory(dir=parent) as folder:
+        sessions_dir = Path(folder) / "sessions"
+        edited(workdir, sessions_dir)  # an earlier conversation, with a store
+        before = {p: p.read_bytes() for p in sessions_dir.rglob("*") if p.is_file()}
+        forge = (f"for f in {sessions_dir}/*.jsonl {sessions_dir}/*.changes/*; do "
+                 f"echo forged >> $f; done; echo x > {sessions_dir}/new.jsonl; true")  # fmt: skip
+        with StubServer([shell(forge, "c2"), done()]) as server:
+            proc = agent(server, workdir, sessions_dir, "--sandbox", "--yes", "forge")
+        assert proc.returncode == 0, proc.stderr
+        assert not (sessions_dir / "new.jsonl").exists()
+        for path, data in before.items():
+            assert b"forged" not in path.read_bytes() and path.read_bytes().startswith(data)
