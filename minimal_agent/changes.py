@@ -157,21 +157,21 @@ def key_of(info: os.stat_result) -> tuple:
     return (info.st_mode, info.st_ino, info.st_ctime_ns, info.st_size, info.st_mtime_ns)
 
 
-def walk(root: str, skip: set[str], stop=None, watcher: Watcher | None = None) -> dict | None:
+def walk(root: str, skip: set[str], stop=None, watcher=None, held=None) -> dict | None:
     """Every folder under root, .git and skip's left out: its path prefix ("" or "a/b/") ->
-    {name: key}; each folder watched first if a watcher is given. None if stop (a
-    threading.Event) was set meanwhile."""
+    {name: key}; each folder watched first if a watcher is given, each regular file read into
+    held if it is given (the first walk). None if stop (a threading.Event) was set meanwhile."""
     found: dict[str, dict[str, tuple]] = {}
     folders = [("", root)]
     while folders:
         if stop is not None and stop.is_set():
             return None
         prefix, folder = folders.pop()
-        found[prefix] = scan(folder, prefix, skip, watcher, folders)
+        found[prefix] = scan(folder, prefix, skip, watcher, folders, held)
     return found
 
 
-def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list) -> dict[str, tuple]:
+def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list, held=None) -> dict:
     """One folder's names and keys; its subfolders appended to folders, to be scanned."""
     if watcher is not None:
         watcher.add(prefix, folder)
@@ -182,6 +182,12 @@ def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list) -> di
         return names
     with entries:
         for item in entries:
+            if held is not None and item.is_file(follow_symlinks=False) and item.path not in skip:
+                # one open, fstat and read instead of an lstat and those
+                key = held.read_new(prefix + item.name, item.path)
+                if key is not None:
+                    names[item.name] = key
+                    continue
             try:
                 info = item.stat(follow_symlinks=False)
             except OSError:
@@ -369,6 +375,30 @@ class Held:
                     held = self.stored(held)
         self.by_path[path] = (key, held)
 
+    def read_new(self, path: str, full: str) -> tuple | None:
+        """Read and hold a regular file met by the first walk; its key, from the open file
+        (None if it is not one now, or cannot be opened: then it is looked at as the rest)."""
+        try:
+            fd = os.open(full, OPEN_FILE)
+        except OSError:
+            return None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None
+            key, held, size = key_of(info), None, info.st_size
+            if size <= MAX_KEPT:
+                if self.in_all + size > MAX_SEEN:
+                    self.full = True
+                else:
+                    with contextlib.suppress(OSError):  # unreadable: not kept
+                        held = os.read(fd, size + 1)
+                        held = self.stored(held) if len(held) == size else None
+            self.by_path[path] = (key, held)
+            return key
+        finally:
+            os.close(fd)
+
     def stored(self, data: bytes) -> bytes | int:
         self.in_all += len(data)
         if self.in_memory + len(data) <= IN_MEMORY:
@@ -520,6 +550,7 @@ class Recorder:
         """The walk that ends the open step, if any, and begins the next: the one running
         ahead if there is one, else one made now."""
         if self.ahead is None:
+            self.stop.clear()  # a walk ahead stopped earlier must not stop this one
             self.advance_safely()
         self.join()
 
@@ -547,15 +578,16 @@ class Recorder:
         else:
             if self.watcher is None and self.state is None:
                 self.watcher = Watcher.start()
-            now = walk(self.root, self.skip, self.stop, self.watcher)
+            first = self.held if self.state is None else None
+            now = walk(self.root, self.skip, self.stop, self.watcher, first)
             if now is None:  # stopped: the events it consumed are lost, so the next is whole
                 if self.watcher:
                     self.watcher.lost = True
                 return
-        if self.state is None:  # the first walk: every file read
+        if self.state is None:  # the first walk read the files; the links are read now
             for prefix, names in now.items():
                 for name, key in names.items():
-                    if not stat.S_ISDIR(key[0]):
+                    if stat.S_ISLNK(key[0]):
                         self.held.put(prefix + name, key, self.root)
         elif self.open and not self.fresh:
             self.record(differences(self.state, now))
