@@ -23,5 +23,6 @@ Imports inside functions, all for start-up time (`agent.py --help` must stay clo
 `import argparse`): the packages openai, pydantic and python-dotenv (half a second, and only a
 request needs them), and from the standard library urllib.request (40 ms of http, email and
 ssl), hashlib (OpenSSL), threading, subprocess, signal, shutil and inspect, each where it is
-used; and fcntl or msvcrt, which exist on one system each.
+used; ctypes (for inotify) where a recording session starts on Linux; and fcntl or msvcrt,
+which exist on one system each.
 """
