@@ -985,11 +985,14 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
 # --- The workdir's paths, reached one folder at a time, never through a link -----------------
 
 
-class OnTheWay(Exception):
+class OnTheWay(OSError):
     """A folder on the way to a path is a link or a file."""
 
+    def __init__(self, path: str) -> None:
+        super().__init__(f"a folder on the way to {path} is now a link or a file")
 
-class Missing(Exception):
+
+class Missing(OSError):
     """A folder on the way to a path is not there."""
 
 
