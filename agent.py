@@ -173,7 +173,7 @@ def execute_tool_call(call: dict, ws: Workspace) -> str:
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
         problem = call_problem(name, args)  # no such tool, or arguments its schema does not allow
-        with tool_results.printed_to_stderr():  # a tool's print() stays off the answer's stdout
+        with tool_results.contained():  # print() kept off the answer's stdout, sys.exit() an error
             result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
     except json.JSONDecodeError as error:
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"

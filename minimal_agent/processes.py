@@ -299,14 +299,21 @@ def termination_signals() -> list[int]:
     return [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
 
 
+class Terminated(SystemExit):
+    """The agent's exit on SIGTERM or SIGHUP; a tool's own sys.exit() is not one."""
+
+
 def exit_on_termination() -> None:
     """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
     command. A signal the user ignores (nohup) stays ignored."""
     import signal
 
+    def terminate(signum, frame):
+        raise Terminated(128 + signum)
+
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
-            signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
+            signal.signal(number, terminate)
 
 
 def check_sandbox(folder: str) -> None:
