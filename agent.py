@@ -65,14 +65,18 @@ class Workspace:
         self.key = ""  # the agent's API key: no command gets a variable holding it
         self.pass_env: frozenset[str] = frozenset()  # LLM_PASS_ENV: what commands get anyway
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
+        self.private: list[str] = []  # the user's own paths (config, sessions): out of reach
+        self.sandbox_limits = processes.SANDBOX_LIMITS  # /tmp, processes, memory
 
     def path(self, name: str) -> str:
-        """The real location of name, relative to the folder; refused if it lies outside it."""
+        """The real location of name, relative to the folder; refused if it lies outside it,
+        or among the user's own files (self.private)."""
         target = os.path.realpath(os.path.join(self.folder, name))  # follows symlinks and ".."
         if os.path.commonpath([self.folder, target]) != self.folder:
             raise PermissionError(
                 f"{name} is outside the workdir; only paths inside it are allowed"
             )
+        files.refuse_private(target, self.private, name)  # the key's folder, the transcripts
         return target
 
 

@@ -9,6 +9,27 @@ import os
 import stat
 
 
+def inside(folder: str, path: str) -> bool:
+    """Whether path is folder or lies in it (real paths; whole components compared, so
+    /w/play2 is not in /w/play; case as the platform compares it)."""
+    folder, path = os.path.normcase(folder), os.path.normcase(path)
+    try:
+        return os.path.commonpath([folder, path]) == folder
+    except ValueError:  # Windows: on another drive
+        return False
+
+
+def refuse_private(target: str, private: list[str], name: str) -> None:
+    """PermissionError if target (a real path) is one of private's paths or lies in one: the
+    user's own (the config folder with the key, the sessions folder, this conversation's
+    records: Workspace.private), which no tool reads or writes, whatever the workdir holds."""
+    if any(inside(path, target) for path in private):
+        raise PermissionError(
+            f"{name} is among the user's own files (the agent's settings or records), which the "
+            "tools may not read or write"
+        )
+
+
 def keep(limit: int) -> int:
     """How many characters of a long text are kept at each end (room left for the marker)."""
     return (limit - 100) // 2
