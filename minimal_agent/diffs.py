@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import difflib
+import os
 import time
 
 from minimal_agent import changes, display, files
@@ -18,17 +19,23 @@ CONTEXT = 3  # unchanged lines around each change in the diff, as `diff -u` show
 
 def review_write(ws, path: str, file: str, content: str) -> None:
     """Show what writing content to file (path, as the model gave it) changes; with
-    ws.confirm_writes ask first: PermissionError if the user says no, or nobody can. The old
-    content is read as read_file reads (files.open_regular): a FIFO, a device or a socket is
-    refused at once instead of blocking the agent."""
-    summary, lines = change(existing(ws.folder, file), content.encode("utf-8", "replace"), path)
+    ws.confirm_writes ask first: PermissionError if the user says no, or nobody can. A path
+    that is a link is named with what it leads to; a file in a .git folder is refused (see
+    files.refuse_git). The old content is read as read_file reads (files.open_regular): a
+    FIFO, a device or a socket is refused at once instead of blocking the agent."""
+    real = os.path.relpath(file, ws.folder)
+    linked = os.path.normpath(os.path.join(ws.folder, path)) != file
+    shown = f"{path} (a link to {real})" if linked else path
+    files.refuse_git(ws.folder, file, shown)
+    old = existing(ws.folder, file)
+    summary, lines = change(old, content.encode("utf-8", "replace"), real.replace(os.sep, "/"))
     if ws.confirm_writes:
-        if not display.write_approved(ws, path, summary, lines):
+        if not display.write_approved(ws, shown, summary, lines):
             raise PermissionError(
                 "the user did not approve this write, so the file was not written (it is as it was)"
             )
     else:
-        display.show_change(summary, lines)
+        display.show_change(f"{display.visible(shown)}: {summary}" if linked else summary, lines)
 
 
 def existing(folder: str, file: str) -> bytes | None:

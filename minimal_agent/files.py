@@ -30,6 +30,19 @@ def refuse_private(target: str, private: list[str], name: str) -> None:
         )
 
 
+def refuse_git(folder: str, file: str, name: str) -> None:
+    """PermissionError if file (a real path in folder) lies in a .git folder: git runs what
+    its config and hooks name (core.fsmonitor, core.sshCommand, pre-commit) the next time the
+    user runs git, outside any sandbox, and neither undo nor /diff would show it. name: how
+    to call the file (with the link that leads there)."""
+    parts = os.path.relpath(file, folder).split(os.sep)
+    if any(part.lower().rstrip(". ") == ".git" for part in parts):  # Windows: ".GIT." is .git
+        raise PermissionError(
+            f"{name} lies in a .git folder, whose config and hooks git runs: the agent does not "
+            "write there; tell the user what to change instead"
+        )
+
+
 def keep(limit: int) -> int:
     """How many characters of a long text are kept at each end (room left for the marker)."""
     return (limit - 100) // 2

@@ -105,3 +105,48 @@ def test_a_change_too_costly_to_compare_is_said_rewritten():
     summary, lines = diffs.change(old, new, "big.txt")
     assert summary == "rewritten, now 100000 lines"
     assert lines == []
+
+
+# --- .git is not written unasked; a link is named by what it leads to ------------------------
+
+
+@pytest.mark.parametrize(
+    "path", [".git/config", ".git/hooks/pre-commit", "sub/.git/config", ".GIT/config"]
+)
+def test_write_file_into_a_git_folder_is_refused(tools, path):
+    (tools / ".git" / "hooks").mkdir(parents=True)
+    (tools / ".git" / "config").write_text("[core]\n")
+    result = execute(
+        tool_call("write_file", {"path": path, "content": "[core]\n\tfsmonitor = evil\n"})
+    )
+    assert result.startswith(f"Error: PermissionError: {path} lies in a .git folder"), result
+    assert (tools / ".git" / "config").read_text() == "[core]\n"
+    assert not (tools / ".git" / "hooks" / "pre-commit").exists()
+    assert execute(tool_call("read_file", {"path": ".git/config"})) == "[core]\n"  # reading is fine
+
+
+@pytest.mark.posix("symlinks, which Windows lets only privileged users make")
+def test_a_committed_link_into_git_is_refused_and_named_by_its_target(tools):
+    (tools / ".git").mkdir()
+    (tools / ".git" / "config").write_text("[core]\n")
+    (tools / "NOTES.md").symlink_to(".git/config")
+    result = execute(
+        tool_call("write_file", {"path": "NOTES.md", "content": "[core]\n\tfsmonitor = x\n"})
+    )
+    assert result.startswith(
+        "Error: PermissionError: NOTES.md (a link to .git/config) lies in a .git folder"
+    )
+    assert (tools / ".git" / "config").read_text() == "[core]\n"
+
+
+@pytest.mark.posix("symlinks, which Windows lets only privileged users make")
+def test_a_write_through_a_link_names_its_real_target(tools, capsys):
+    (tools / "docs").mkdir()
+    (tools / "docs" / "real.md").write_text("old\n")
+    (tools / "NOTES.md").symlink_to("docs/real.md")
+    capsys.readouterr()
+    assert execute(tool_call("write_file", {"path": "NOTES.md", "content": "new\n"})).startswith(
+        "Wrote "
+    )
+    assert capsys.readouterr().err == "      NOTES.md (a link to docs/real.md): +1 -1 lines\n"
+    assert (tools / "docs" / "real.md").read_text() == "new\n"
