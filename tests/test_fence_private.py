@@ -41,6 +41,7 @@ def attack(home, *options: str, calls: list[tuple[str, dict]], agents_link: bool
     return proc, results, server
 
 
+@pytest.mark.posix("the XDG config folder in the home folder, and AGENTS.md as a symlink")
 def test_the_key_and_the_transcripts_are_refused_to_the_file_tools_in_the_home_folder(home):
     calls = [
         ("read_file", {"path": CONFIG}),
