@@ -127,7 +127,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
-        "LLM_EFFORT, LLM_PASS_ENV; see the README.",
+        "LLM_EFFORT, LLM_PASS_ENV, LLM_SANDBOX_LIMITS; see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")

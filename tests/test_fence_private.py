@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import execute, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_command import command_env, run_command, user_config
@@ -73,3 +74,27 @@ def test_a_sandboxed_command_sees_neither_the_key_nor_the_transcripts(home):
     assert KEY not in json.dumps(server.requests)
     assert "other.jsonl" not in result.replace(f"{SESSIONS}/other.jsonl:", "")
     assert (home / SESSIONS / "other.jsonl").read_text() == '{"role": "user", "content": "mine"}\n'
+
+
+def test_a_private_file_is_refused_as_a_folder_is(workdir):
+    (workdir / "run.jsonl").write_text("a transcript kept in the workdir\n")
+    (workdir / "run.jsonl.notes").write_text("not the transcript\n")
+    workspace = use_workspace(workdir, timeout=10, yes=True)
+    workspace.private = [str(workdir / "run.jsonl")]
+    for call in (
+        ("read_file", {"path": "run.jsonl"}),
+        ("write_file", {"path": "run.jsonl", "content": "x"}),
+    ):
+        assert "the user's own files" in execute(tool_call(*call))
+    assert execute(tool_call("read_file", {"path": "run.jsonl.notes"})) == "not the transcript\n"
+
+
+@pytest.mark.linux("bubblewrap")
+def test_a_sandboxed_command_sees_a_private_file_empty_and_cannot_change_it(workdir):
+    (workdir / "run.jsonl").write_text("a transcript kept in the workdir\n")
+    workspace = use_workspace(workdir, timeout=10, yes=True, sandbox=True)
+    workspace.private = [str(workdir / "run.jsonl")]
+    command = "cat run.jsonl; echo forged > run.jsonl; rm -f run.jsonl; echo end"
+    result = execute(tool_call("run_shell", {"command": command}))
+    assert "a transcript" not in result and result.endswith("end\n"), result
+    assert (workdir / "run.jsonl").read_text() == "a transcript kept in the workdir\n"

@@ -449,3 +449,39 @@ def sandbox_limits(folder, setting: str) -> None:
 
     workspace = use_workspace(folder, timeout=10, yes=True, sandbox=True)
     workspace.sandbox_limits = processes.sandbox_limits(setting)
+
+
+def test_where_bwrap_would_leave_capabilities_the_agent_refuses(workdir, tmp_path):
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = bin_folder / "bwrap"  # as an old or setuid bubblewrap that keeps root's capabilities
+    fake.write_text("#!/bin/sh\nprintf 'Name:\\tcat\\nCapEff:\\t000001fffeffffff\\n'\n")
+    fake.chmod(0o755)
+    with StubServer([]) as server:
+        env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: --sandbox: commands would keep capabilities inside bubblewrap")
+    assert "(CapEff 000001fffeffffff)" in line
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("setting", ["processes=many", "memory=2X", "disk=1G", "tmp=0", "tmp"])
+def test_a_mistaken_sandbox_limits_setting_is_one_line(workdir, setting):
+    with StubServer([]) as server:
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi",
+                         env=stub_env(server, LLM_SANDBOX_LIMITS=setting))  # fmt: skip
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"error: LLM_SANDBOX_LIMITS has {setting!r}: write NAME=VALUE pairs")
+    assert server.requests == []
+
+
+def test_sandbox_limits_take_sizes_with_units_and_keep_the_defaults_for_the_rest():
+    from minimal_agent import processes
+
+    assert processes.sandbox_limits("") == processes.SANDBOX_LIMITS
+    assert processes.sandbox_limits(" processes = 64 , tmp=512M,memory=2g") == {
+        "processes": 64, "memory": 2 * 2**30, "tmp": 512 * 2**20,
+    }  # fmt: skip
