@@ -34,6 +34,11 @@
 (k) live output: a 40-step session whose every step runs a command printing 10,000 lines over a
     quarter of a second, on a pseudo-terminal (the output drawn live) against piped (nothing
     drawn): the CPU the agent and its commands take (target: under 1.05x), and the wall time.
+(m) a write's review (the change line and diff of write_file, in-process): 100,000 lines
+    written over 100,000 near-identical ones, in six shapes (one line changed; every 2nd, 3rd
+    and 97th line changed; all lines shifted by one; 440 lines of two kinds in the middle, just
+    under the comparison's bounds): the slowest shape's median (target under 1 s; difflib
+    alone took minutes).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -61,7 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghijk"
+FIGURES = "abcdefghijkm"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -391,6 +396,32 @@ def live_output(rounds: int, steps: int = 40) -> dict:
     return {**medians, "drawn": drawn}
 
 
+def write_review(rounds: int) -> dict[str, float]:
+    """(m): the median seconds of diffs.change for each shape of a 100,000-line write."""
+    sys.path.insert(0, str(ROOT))
+    from minimal_agent import diffs
+
+    old = "x\n" * 100_000
+    shapes = {
+        "one line": "x\n" * 50_000 + "changed\n" + "x\n" * 49_999,
+        "shifted": "first\n" + "x\n" * 99_999,
+        "a costly middle": "x\n" * 49_780 + "y\nx\n" * 220 + "x\n" * 49_780,
+        **{
+            f"every {n}": "".join("y\n" if i % n == 0 else "x\n" for i in range(100_000))
+            for n in (2, 3, 97)
+        },
+    }
+    medians = {}
+    for name, new in shapes.items():
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            diffs.change(old.encode(), new.encode(), "big.txt")
+            times.append(time.perf_counter() - started)
+        medians[name] = statistics.median(times)
+    return medians
+
+
 def children_cpu() -> float:
     """CPU seconds (user and system) of this process's children that have ended so far."""
     import resource
@@ -488,6 +519,13 @@ def main() -> int:
               f"({k['drawn']} redraws) vs piped: CPU {k['cpu_terminal']:.2f} vs "
               f"{k['cpu_piped']:.2f} s ({ratio:.3f}x, target < 1.05x), wall "
               f"{k['wall_terminal']:.2f} vs {k['wall_piped']:.2f} s")  # fmt: skip
+    if "m" in figures:
+        medians = write_review(rounds)
+        slowest = max(medians, key=medians.get)
+        ok &= medians[slowest] < 1
+        shown = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in medians.items())
+        print(f"(m) reviewing a 100,000-line write: {shown}; slowest {slowest} "
+              f"{medians[slowest] * 1000:.0f} ms (target < 1 s)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
