@@ -391,6 +391,10 @@ def check_sandbox(folder: str, limits: dict = SANDBOX_LIMITS, hidden: Sequence[s
     )
     if probe.returncode != 0:
         said = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+        if "Unknown option" in said:  # --size came with bubblewrap 0.8
+            raise AgentError(
+                f"--sandbox: this bubblewrap is too old ({said}): install bubblewrap 0.8 or later"
+            )
         raise AgentError(
             f"--sandbox: bubblewrap cannot make its sandbox here ({said}): it needs unprivileged "
             "user namespaces, which some containers and systems turn off (on Ubuntu 23.10 and "

@@ -485,3 +485,19 @@ def test_sandbox_limits_take_sizes_with_units_and_keep_the_defaults_for_the_rest
     assert processes.sandbox_limits(" processes = 64 , tmp=512M,memory=2g") == {
         "processes": 64, "memory": 2 * 2**30, "tmp": 512 * 2**20,
     }  # fmt: skip
+
+
+def test_a_bubblewrap_too_old_for_the_limits_is_named(workdir, tmp_path):
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = bin_folder / "bwrap"  # as bubblewrap 0.6 answers the /tmp size option
+    fake.write_text("#!/bin/sh\necho 'bwrap: Unknown option --size' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with StubServer([]) as server:
+        env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "error: --sandbox: this bubblewrap is too old (bwrap: Unknown option --size): install "
+        "bubblewrap 0.8 or later\n"
+    )
