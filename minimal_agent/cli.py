@@ -68,7 +68,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             source = f"model {model} at {config['base_url']}"
         pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
         limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
-        private = private_paths(model_client, config)
+        private = private_paths(str(model_client.CONFIG_FILE), installed, config)
         if args.sandbox:
             processes.check_sandbox(args.workdir, limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
@@ -579,14 +579,12 @@ def until_the_reader_stops(show, *args) -> int:
         return 0
 
 
-def private_paths(model_client, settings: dict) -> list[str]:
+def private_paths(config_file: str, installed: bool, settings: dict) -> list[str]:
     """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
-    the installed command's config folder (with the key; the lesson's config.env itself, whose
+    the installed command's config folder (with the key), or the lesson's config.env (its
     folder is the project's), and the sessions folder. Real paths."""
-    config = model_client.CONFIG_FILE
-    lesson = config == model_client.LESSON_CONFIG
-    return [os.path.realpath(config if lesson else os.path.dirname(config)),
-            os.path.realpath(sessions_folder(settings))]  # fmt: skip
+    config = os.path.dirname(config_file) if installed else config_file
+    return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
 
 
 def say_private_inside(workdir: str, private: list[str]) -> None:

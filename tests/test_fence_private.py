@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import execute, use_workspace
+from conftest import execute, run_agent, stub_env, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_command import command_env, run_command, user_config
@@ -98,3 +98,21 @@ def test_a_sandboxed_command_sees_a_private_file_empty_and_cannot_change_it(work
     result = execute(tool_call("run_shell", {"command": command}))
     assert "a transcript" not in result and result.endswith("end\n"), result
     assert (workdir / "run.jsonl").read_text() == "a transcript kept in the workdir\n"
+
+
+def test_the_lessons_config_env_is_refused_when_the_workdir_is_the_project(app):
+    (app / "config.env").write_text(f"LLM_API_KEY={KEY}\n")
+    (app / "notes.txt").write_text("the project's own\n")
+    calls = [tool_call("read_file", {"path": "config.env"}, "c1"),
+             tool_call("read_file", {"path": "notes.txt"}, "c2")]  # fmt: skip
+    with StubServer([reply(None, *calls), reply("done")], api_key=KEY) as server:
+        (app / "config.env").write_text(f"LLM_API_KEY={KEY}\nLLM_BASE_URL={server.url}\n")
+        env = {
+            k: v for k, v in stub_env(server).items() if k not in ("LLM_API_KEY", "LLM_BASE_URL")
+        }
+        proc = run_agent("--workdir", str(app), "go", env=env, script=app / "agent.py")
+    assert proc.returncode == 0, proc.stderr
+    first, second = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "the user's own files" in first and KEY not in json.dumps(server.requests)
+    assert second == "the project's own\n"
+    assert "the workdir holds the agent's own config.env" in proc.stderr
