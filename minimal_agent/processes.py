@@ -180,7 +180,8 @@ def bwrap_command(
     (read-only), folder (writable, at its real path, so paths look the same), a private /tmp of
     limits["tmp"] bytes, its own /dev and /proc; nothing else of the host (no home folder, no
     /run, none of its unix sockets), the rest read-only, and the paths of hidden that lie in
-    folder (the user's own: Workspace.private) covered by an empty read-only folder or file.
+    folder (the user's own: Workspace.private) covered by an empty read-only folder or file (a
+    missing one, its nearest folder that exists, so that no command plants it; not folder).
     Its own user namespace with no capabilities, even for root (the same uid and gid inside),
     its own network (not even the host's 127.0.0.1), PID and IPC namespaces, a session of its
     own (no terminal to type into), killed if the agent dies; at most limits["processes"]
@@ -194,7 +195,9 @@ def bwrap_command(
             system += ["--ro-bind", path, path]
     covered = []
     for path in hidden:
-        if os.path.lexists(path) and files.inside(folder, path) and path != folder:
+        while not os.path.lexists(path):  # not made yet: none may make it, so cover its folder
+            path = os.path.dirname(path)
+        if files.inside(folder, path) and path != folder:
             cover = ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
             covered += [*cover, "--remount-ro", path]
     user = ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid())]

@@ -116,3 +116,22 @@ def test_the_lessons_config_env_is_refused_when_the_workdir_is_the_project(app):
     assert "the user's own files" in first and KEY not in json.dumps(server.requests)
     assert second == "the project's own\n"
     assert "the workdir holds the agent's own config.env" in proc.stderr
+
+
+@pytest.mark.linux("bubblewrap")
+def test_a_sandboxed_command_cannot_plant_a_config_folder_that_is_not_there_yet(home):
+    # The key from the environment, no config folder yet: a planted config.env would send the
+    # key elsewhere the next time the command starts.
+    planted = (
+        f"mkdir -p {CONFIG.rsplit('/', 1)[0]} && echo LLM_BASE_URL=http://evil > {CONFIG}; echo end"
+    )
+    (home / SESSIONS).mkdir(parents=True)
+    (home / ".config").mkdir()
+    script = [reply(None, tool_call("run_shell", {"command": planted}, "c1")), reply("done")]
+    with StubServer(script, api_key=KEY) as server:
+        env = command_env(home, LLM_SESSIONS_DIR=str(home / SESSIONS), LLM_API_KEY=KEY,
+                          LLM_BASE_URL=server.url)  # fmt: skip
+        proc = run_command("--sandbox", "--yes", "go", cwd=home, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not (home / CONFIG).exists()
+    assert sorted(p.name for p in (home / ".config").iterdir()) == []
