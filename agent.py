@@ -65,16 +65,19 @@ class Workspace:
         self.key = ""  # the agent's API key: no command gets a variable holding it
         self.pass_env: frozenset[str] = frozenset()  # LLM_PASS_ENV: what commands get anyway
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
-        self.private: list[str] = []  # the agent's own records (real paths): tools never touch them
+        # The user's own paths (config, sessions, this conversation's records): out of reach
+        self.private: list[str] = []
+        self.sandbox_limits = processes.SANDBOX_LIMITS  # /tmp, processes, memory
 
     def path(self, name: str) -> str:
-        """The real location of name, relative to the folder; refused if it lies outside it."""
+        """The real location of name, relative to the folder; refused if it lies outside it,
+        or among the user's own files (self.private)."""
         target = os.path.realpath(os.path.join(self.folder, name))  # follows symlinks and ".."
         if os.path.commonpath([self.folder, target]) != self.folder:
             raise PermissionError(
                 f"{name} is outside the workdir; only paths inside it are allowed"
             )
-        files.refuse_private(self.private, target, name)  # a transcript, an undo store
+        files.refuse_private(target, self.private, name)  # the key's folder, the transcripts
         return target
 
 
@@ -175,7 +178,7 @@ def execute_tool_call(call: dict, ws: Workspace) -> str:
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
         problem = call_problem(name, args)  # no such tool, or arguments its schema does not allow
-        with tool_results.printed_to_stderr():  # a tool's print() stays off the answer's stdout
+        with tool_results.contained():  # print() kept off the answer's stdout, sys.exit() an error
             result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
     except json.JSONDecodeError as error:
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"

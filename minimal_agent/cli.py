@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 
-from minimal_agent import changes, completions, cost, display, models, processes, sessions
+from minimal_agent import changes, completions, cost, display, files, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, describe_api_error
 from minimal_agent.replay import ReplayClient
@@ -70,14 +70,17 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
         pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
+        limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
+        private = private_paths(str(model_client.CONFIG_FILE), installed, config)
         if args.sandbox:
-            processes.check_sandbox(args.workdir)
+            processes.check_sandbox(args.workdir, limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
         own = " (the conversation's own)" if args.transcript and not workdir_given else ""
         display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
         if moved:
             display.say(moved)
-        session = open_session(agent, args, config, model, pass_env)
+        say_private_inside(args.workdir, private)
+        session = open_session(agent, args, config, model, pass_env, private, limits)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
         result = (agent.chat if args.chat else agent.run)(
@@ -130,7 +133,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
-        "LLM_EFFORT, LLM_PASS_ENV; see the README.",
+        "LLM_EFFORT, LLM_PASS_ENV, LLM_SANDBOX_LIMITS; see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
@@ -451,11 +454,18 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def open_session(
-    agent, args: argparse.Namespace, config: dict, model: str, pass_env: frozenset[str]
+    agent,
+    args: argparse.Namespace,
+    config: dict,
+    model: str,
+    pass_env: frozenset[str],
+    private: list[str],
+    limits: dict,
 ) -> Session:
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
-    agent is the lesson's module (see main()); pass_env, what commands get anyway."""
+    agent is the lesson's module (see main()); pass_env, what commands get anyway; private,
+    the user's own paths out of the tools' reach; limits, the sandbox's."""
     try:
         prices = cost.prices_for(model, config)
     except cost.PriceError as error:
@@ -465,6 +475,7 @@ def open_session(
         raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
     workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
     workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
+    workspace.private, workspace.sandbox_limits = private, limits  # before AGENTS.md is read
     workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
@@ -603,6 +614,27 @@ def until_the_reader_stops(show, *args) -> int:
         # Else Python's exit flushes the rest into the closed pipe again, and says so.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+
+
+def private_paths(config_file: str, installed: bool, settings: dict) -> list[str]:
+    """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
+    the installed command's config folder (with the key), or the lesson's config.env (its
+    folder is the project's), and the sessions folder. Real paths."""
+    config = os.path.dirname(config_file) if installed else config_file
+    return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
+
+
+def say_private_inside(workdir: str, private: list[str]) -> None:
+    """One line when the workdir holds the user's own folders (a workdir that is the home
+    folder), so the user knows why the tools refuse them."""
+    folder = os.path.realpath(workdir)
+    held = [path for path in private if path != folder and files.inside(folder, path)]
+    if held:
+        names = ", ".join(display.visible(os.path.relpath(path, folder)) for path in held)
+        display.say(
+            f"the workdir holds the agent's own {names}: the tools refuse them, and sandboxed "
+            "commands do not see them"
+        )
 
 
 def sessions_folder(config: dict):

@@ -9,6 +9,40 @@ import os
 import stat
 
 
+def inside(folder: str, path: str) -> bool:
+    """Whether path is folder or lies in it (real paths; whole components compared, so
+    /w/play2 is not in /w/play; case as the platform compares it)."""
+    folder, path = os.path.normcase(folder), os.path.normcase(path)
+    try:
+        return os.path.commonpath([folder, path]) == folder
+    except ValueError:  # Windows: on another drive
+        return False
+
+
+def refuse_private(target: str, private: list[str], name: str) -> None:
+    """PermissionError if target (a real path) is one of private's paths or lies in one: the
+    user's own (the config folder with the key, the sessions folder, this conversation's
+    records: Workspace.private), which no tool reads or writes, whatever the workdir holds."""
+    if any(inside(path, target) for path in private):
+        raise PermissionError(
+            f"{name} is among the user's own files (the agent's settings or records), which the "
+            "tools may not read or write"
+        )
+
+
+def refuse_git(folder: str, file: str, name: str) -> None:
+    """PermissionError if file (a real path in folder) lies in a .git folder: git runs what
+    its config and hooks name (core.fsmonitor, core.sshCommand, pre-commit) the next time the
+    user runs git, outside any sandbox, and neither undo nor /diff would show it. name: how
+    to call the file (with the link that leads there)."""
+    parts = os.path.relpath(file, folder).split(os.sep)
+    if any(part.lower().rstrip(". ") == ".git" for part in parts):  # Windows: ".GIT." is .git
+        raise PermissionError(
+            f"{name} lies in a .git folder, whose config and hooks git runs: the agent does not "
+            "write there; tell the user what to change instead"
+        )
+
+
 def keep(limit: int) -> int:
     """How many characters of a long text are kept at each end (room left for the marker)."""
     return (limit - 100) // 2
@@ -103,18 +137,6 @@ def write_atomically(folder: str, file: str, content: str) -> int:
             os.unlink(temporary, dir_fd=where)
             raise
     return len(data)
-
-
-def refuse_private(private: list[str], target: str, name: str) -> None:
-    """PermissionError if target (a real path) is one of private's paths or inside one: the
-    agent's own records (the sessions folder, a transcript, an undo store), which the tools
-    must never read or write, even where they lie in the workdir."""
-    for path in private:
-        inside = False
-        with contextlib.suppress(ValueError):  # Windows: another drive
-            inside = os.path.normcase(os.path.commonpath([path, target])) == os.path.normcase(path)
-        if inside:
-            raise PermissionError(f"{name} is one of the agent's own records; tools cannot use it")
 
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)

@@ -14,6 +14,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 
 from minimal_agent import display, files
 from minimal_agent.errors import AgentError
@@ -110,7 +111,8 @@ def start_command(command: str, ws):  # -> subprocess.Popen
     if ON_LINUX:
         become_subreaper()
     if sandbox:
-        argv = bwrap_command(folder, "/bin/sh", "-c", command)
+        limits, hidden = ws.sandbox_limits, ws.private
+        argv = bwrap_command(folder, "/bin/sh", "-c", command, limits=limits, hidden=hidden)
         return subprocess.Popen(argv, cwd=folder, start_new_session=True, env=env, **streams)
     return subprocess.Popen(
         command, shell=True, cwd=folder, start_new_session=True, env=env, **streams
@@ -149,25 +151,65 @@ def pass_env_names(api_key: str, pass_env: str) -> frozenset[str]:
     return names
 
 
-def bwrap_command(folder: str, *command: str) -> list[str]:
+SANDBOX_LIMITS = {"processes": 1024, "memory": 4 * 2**30, "tmp": 2**30}  # LLM_SANDBOX_LIMITS
+SIZE_UNITS = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def sandbox_limits(setting: str) -> dict[str, int]:
+    """LLM_SANDBOX_LIMITS (such as `processes=256,memory=2G,tmp=512M`) over SANDBOX_LIMITS:
+    how many processes a sandboxed command may have at once, how much memory each may write to
+    (bytes; K, M, G, T), and how large its /tmp may grow."""
+    limits = dict(SANDBOX_LIMITS)
+    for part in filter(None, (part.strip() for part in setting.split(","))):
+        name, _, value = (text.strip() for text in part.partition("="))
+        number, unit = value.rstrip("kKmMgGtT"), value[len(value.rstrip("kKmMgGtT")) :].upper()
+        if name not in limits or not number.isdigit() or int(number) == 0 or len(unit) > 1:
+            raise AgentError(
+                f"LLM_SANDBOX_LIMITS has {part!r}: write NAME=VALUE pairs, comma-separated, the "
+                "names processes, memory and tmp, the sizes in bytes or with K, M, G (such as "
+                "processes=256,memory=2G,tmp=512M)"
+            )
+        limits[name] = int(number) * (1 if name == "processes" else SIZE_UNITS[unit])
+    return limits
+
+
+def bwrap_command(
+    folder: str, *command: str, limits: dict = SANDBOX_LIMITS, hidden: Sequence[str] = ()
+) -> list[str]:
     """command under bubblewrap, in a world of its own: the system's folders that programs need
-    (read-only), folder (writable, at its real path, so paths look the same), a private empty
-    /tmp, its own /dev and /proc; nothing else of the host (no home folder, no /run, none of
-    its unix sockets), the rest read-only. Its own network (not even the host's 127.0.0.1),
-    PID and IPC namespaces, a session of its own (no terminal to type into), killed if the
-    agent dies."""
+    (read-only), folder (writable, at its real path, so paths look the same), a private /tmp of
+    limits["tmp"] bytes, its own /dev and /proc; nothing else of the host (no home folder, no
+    /run, none of its unix sockets), the rest read-only, and the paths of hidden that lie in
+    folder (the user's own: Workspace.private) covered by an empty read-only folder or file (a
+    missing one, its nearest folder that exists, so that no command plants it; not folder).
+    Its own user namespace with no capabilities, even for root (the same uid and gid inside),
+    its own network (not even the host's 127.0.0.1), PID and IPC namespaces, a session of its
+    own (no terminal to type into), killed if the agent dies; at most limits["processes"]
+    processes, each writing to at most limits["memory"] bytes (prlimit, inside, so the count
+    is of the sandbox's own processes)."""
     system = []
     for path in SYSTEM_FOLDERS:
         if os.path.islink(path):  # /bin -> usr/bin where /usr is merged
             system += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             system += ["--ro-bind", path, path]
+    covered = []
+    for path in hidden:
+        while not os.path.lexists(path):  # not made yet: none may make it, so cover its folder
+            path = os.path.dirname(path)
+        if files.inside(folder, path) and path != folder:
+            cover = ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
+            covered += [*cover, "--remount-ro", path]
+    user = ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
+    limited = ["prlimit", f"--nproc={limits['processes']}", f"--data={limits['memory']}", "--"]
     return [
-        "bwrap", *system, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+        "bwrap", *user, "--cap-drop", "ALL", *system, "--dev", "/dev", "--proc", "/proc",
+        "--size", str(limits["tmp"]), "--tmpfs", "/tmp",
         "--bind", folder, folder,  # after --tmpfs /tmp, so a folder inside /tmp stays visible
+        *covered,  # after the folder's bind, over it
         "--remount-ro", "/",  # the bare root: writes beside the folder fail instead of vanishing
         "--chdir", folder, "--unshare-net", "--unshare-pid", "--unshare-ipc", "--new-session",
-        "--die-with-parent", "--", *command,
+        "--die-with-parent", "--", *limited, *command,
     ]  # fmt: skip
 
 
@@ -299,19 +341,27 @@ def termination_signals() -> list[int]:
     return [getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name)]
 
 
+class Terminated(SystemExit):
+    """The agent's exit on SIGTERM or SIGHUP; a tool's own sys.exit() is not one."""
+
+
 def exit_on_termination() -> None:
     """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
     command. A signal the user ignores (nohup) stays ignored."""
     import signal
 
+    def terminate(signum, frame):
+        raise Terminated(128 + signum)
+
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
-            signal.signal(number, lambda signum, frame: sys.exit(128 + signum))
+            signal.signal(number, terminate)
 
 
-def check_sandbox(folder: str) -> None:
-    """--sandbox: refuse to start, in one line, where commands cannot run sandboxed; never run
-    them unsandboxed instead."""
+def check_sandbox(folder: str, limits: dict = SANDBOX_LIMITS, hidden: Sequence[str] = ()) -> None:
+    """--sandbox: refuse to start, in one line, where commands cannot run sandboxed, or would
+    keep a capability there (root's, where bubblewrap cannot drop them); never run them
+    unsandboxed instead. A probe runs with the options commands get (see bwrap_command)."""
     import shutil
     import subprocess
 
@@ -330,14 +380,34 @@ def check_sandbox(folder: str) -> None:
             "--sandbox needs bubblewrap (the bwrap command), which is not installed: install it "
             "(apt install bubblewrap, dnf install bubblewrap, pacman -S bubblewrap)"
         )
+    if not shutil.which("prlimit"):
+        raise AgentError(
+            "--sandbox needs the prlimit command (of util-linux) to limit processes and memory, "
+            "and it is not installed: install util-linux"
+        )
     folder = os.path.realpath(folder)
     probe = subprocess.run(
-        bwrap_command(folder, "true"), stdin=subprocess.DEVNULL, capture_output=True, text=True
+        bwrap_command(folder, "cat", "/proc/self/status", limits=limits, hidden=hidden),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
     )
     if probe.returncode != 0:
         said = (probe.stderr.strip().splitlines() or [f"exit code {probe.returncode}"])[-1]
+        if "Unknown option" in said:  # --size came with bubblewrap 0.8
+            raise AgentError(
+                f"--sandbox: this bubblewrap is too old ({said}): install bubblewrap 0.8 or later"
+            )
         raise AgentError(
             f"--sandbox: bubblewrap cannot make its sandbox here ({said}): it needs unprivileged "
             "user namespaces, which some containers and systems turn off (on Ubuntu 23.10 and "
             "later: sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0; see the README)"
+        )
+    status = probe.stdout.splitlines()
+    capabilities = [line.split()[-1] for line in status if line.startswith("CapEff:")]
+    if capabilities != ["0000000000000000"]:
+        raise AgentError(
+            f"--sandbox: commands would keep capabilities inside bubblewrap (CapEff "
+            f"{' '.join(capabilities) or 'not shown'}), so the sandbox would not hold: update "
+            "bubblewrap, or run the agent as an ordinary user"
         )

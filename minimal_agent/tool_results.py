@@ -1,12 +1,14 @@
-"""What a tool gives back: the text the model gets from whatever the tool returned, and what
-the tool prints kept off stdout (where only the answer goes), so a learner's new tool may
-return a dict and call print() as plain Python invites."""
+"""What a tool gives back: the text the model gets from whatever the tool returned, what the
+tool prints kept off stdout (where only the answer goes), and its sys.exit() made an error, so
+a learner's new tool may return a dict, call print() and give up as plain Python invites."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import sys
+
+from minimal_agent.processes import Terminated
 
 
 def as_text(result: object) -> str:
@@ -25,8 +27,21 @@ def as_text(result: object) -> str:
     return str(result)
 
 
+class ToolExited(Exception):
+    """A tool called sys.exit(): an error for the model, as any other exception is."""
+
+
 @contextlib.contextmanager
-def printed_to_stderr():
-    """What is printed inside goes to stderr, beside the step lines, not to stdout."""
+def contained():
+    """Around a tool's call: what it prints goes to stderr, beside the step lines, not to
+    stdout; its sys.exit() ends the tool, not the agent (ToolExited). The agent's own exit on a
+    termination signal (processes.Terminated) goes on."""
     with contextlib.redirect_stdout(sys.stderr):
-        yield
+        try:
+            yield
+        except Terminated:
+            raise
+        except SystemExit as end:
+            raise ToolExited(
+                f"the tool called sys.exit({end.code!r}), which ends the tool only"
+            ) from None

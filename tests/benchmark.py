@@ -39,6 +39,11 @@
     one shell step; target at most 2 s), what each further step adds (a run of 10 shell steps,
     less the first; target at most 0.3 s), the peak memory added (target at most 100 MB); and
     a run of 10 requests with a model that takes 2 s to answer each (target: at most 1.05x).
+(m) a write's review (the change line and diff of write_file, in-process): 100,000 lines
+    written over 100,000 near-identical ones, in six shapes (one line changed; every 2nd, 3rd
+    and 97th line changed; all lines shifted by one; 440 lines of two kinds in the middle, just
+    under the comparison's bounds): the slowest shape's median (target under 1 s; difflib
+    alone took minutes).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -66,7 +71,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghijkl"
+FIGURES = "abcdefghijklm"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -457,6 +462,32 @@ def live_output(rounds: int, steps: int = 40) -> dict:
     return {**medians, "drawn": drawn}
 
 
+def write_review(rounds: int) -> dict[str, float]:
+    """(m): the median seconds of diffs.change for each shape of a 100,000-line write."""
+    sys.path.insert(0, str(ROOT))
+    from minimal_agent import diffs
+
+    old = "x\n" * 100_000
+    shapes = {
+        "one line": "x\n" * 50_000 + "changed\n" + "x\n" * 49_999,
+        "shifted": "first\n" + "x\n" * 99_999,
+        "a costly middle": "x\n" * 49_780 + "y\nx\n" * 220 + "x\n" * 49_780,
+        **{
+            f"every {n}": "".join("y\n" if i % n == 0 else "x\n" for i in range(100_000))
+            for n in (2, 3, 97)
+        },
+    }
+    medians = {}
+    for name, new in shapes.items():
+        times = []
+        for _ in range(rounds):
+            started = time.perf_counter()
+            diffs.change(old.encode(), new.encode(), "big.txt")
+            times.append(time.perf_counter() - started)
+        medians[name] = statistics.median(times)
+    return medians
+
+
 def children_cpu() -> float:
     """CPU seconds (user and system) of this process's children that have ended so far."""
     import resource
@@ -568,6 +599,13 @@ def main() -> int:
               f"{m['memory_saved']:.0f} vs {m['memory_unsaved']:.0f} MB ({memory:+.0f} MB, "
               f"target <= +100 MB); with a 2 s model, 10 requests {m['slow_saved']:.1f} vs "
               f"{m['slow_unsaved']:.1f} s ({slow:.3f}x, target <= 1.05x)")  # fmt: skip
+    if "m" in figures:
+        medians = write_review(rounds)
+        slowest = max(medians, key=medians.get)
+        ok &= medians[slowest] < 1
+        shown = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in medians.items())
+        print(f"(m) reviewing a 100,000-line write: {shown}; slowest {slowest} "
+              f"{medians[slowest] * 1000:.0f} ms (target < 1 s)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 

@@ -99,3 +99,18 @@ def test_a_nested_object_is_checked_like_the_top_level(workdir, capsys, person, 
     )
     assert result.startswith("Error: save_profile takes a JSON object") and said in result
     assert "saving" not in capsys.readouterr().err  # the function was not called
+
+
+def leaving(ws):
+    import sys
+
+    sys.exit(3)  # a learner's tool that gives up the way a script would
+
+
+def test_a_tools_sys_exit_is_an_error_for_the_model_and_the_agent_goes_on(workdir, monkeypatch):
+    schema = {"type": "function", "function": {"name": "leaving", "description": "Leave."}}
+    monkeypatch.setattr(agent, "TOOLS", [*agent.TOOLS, schema])
+    monkeypatch.setitem(agent.TOOL_MAP, "leaving", leaving)
+    script = [reply(None, tool_call("leaving", {}, "c1")), reply("It stopped with 3.")]
+    (result,) = results_of(script, workdir)  # the run ends with the answer, not SystemExit
+    assert result == "Error: ToolExited: the tool called sys.exit(3), which ends the tool only"

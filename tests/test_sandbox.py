@@ -16,6 +16,8 @@ import random
 import shutil
 import signal
 import socket
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -346,3 +348,156 @@ def test_where_bwrap_cannot_make_namespaces_the_agent_refuses_with_its_reason(wo
     assert line.startswith("error: --sandbox: bubblewrap cannot make its sandbox here")
     assert "(bwrap: No permissions to creating new namespace)" in line
     assert server.requests == []
+
+
+# --- Root is no one special inside; limits on /tmp, processes and memory --------------------
+
+OPEN_BY_HANDLE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+class Handle(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_uint), ("type", ctypes.c_int), ("bytes", ctypes.c_char * 128)]
+handle, mount = Handle(128, 0, b""), ctypes.c_int()
+if libc.name_to_handle_at(-100, b"made.txt", ctypes.byref(handle), ctypes.byref(mount), 0):
+    sys.exit("name_to_handle_at: " + os.strerror(ctypes.get_errno()))
+fd = libc.open_by_handle_at(os.open(".", os.O_RDONLY), ctypes.byref(handle), os.O_RDONLY)
+print("opened" if fd >= 0 else "refused: " + os.strerror(ctypes.get_errno()))
+"""
+
+
+def test_no_capabilities_are_left_inside_even_for_root(sandbox):
+    assert shell("grep CapEff /proc/self/status") == "exit code 0\nCapEff:\t0000000000000000\n"
+
+
+def test_etc_can_neither_be_remounted_nor_written_even_by_root(sandbox):
+    name = f"sandbox-probe-{os.getpid()}"
+    try:
+        result = shell(
+            f"mount -o remount,rw /etc; mount -o remount,rw,bind /etc; echo x > /etc/{name}"
+        )
+        assert not Path("/etc", name).exists()
+    finally:
+        Path("/etc", name).unlink(missing_ok=True)
+    assert "Read-only file system" in result, result
+
+
+def test_no_host_file_can_be_opened_by_handle(sandbox):
+    (sandbox / "made.txt").write_text("x")
+    (sandbox / "handle.py").write_text(OPEN_BY_HANDLE)
+    result = shell(f"{PYTHON} handle.py")
+    assert "opened" not in result
+    assert "refused: Operation not permitted" in result or "name_to_handle_at" in result, result
+
+
+def test_filling_tmp_stops_at_its_limit(sandbox):
+    sandbox_limits(sandbox, "tmp=8M")
+    result = shell("head -c 20000000 /dev/zero > /tmp/fill; echo $?; wc -c < /tmp/fill")
+    assert "No space left on device" in result, result
+    assert result.endswith("\n1\n8388608\n"), result
+
+
+FORKS = """
+import os, time
+started = 0
+for _ in range(200):  # at most 200 children, each gone after 5 s: small even if unbounded
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(5)
+        os._exit(0)
+    started += 1
+print("started", started)
+"""
+RUN_FORKS = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import agent
+from minimal_agent import processes
+workspace = agent.Workspace(sys.argv[2], 20, True, True)
+workspace.sandbox_limits = processes.sandbox_limits("processes=40")
+print(processes.run_command("python3 forks.py", workspace)[1])
+"""
+
+
+def test_a_fork_bomb_is_bounded_by_the_process_limit():
+    # The kernel exempts root from the process limit (docs/safety.md says so): the limit is
+    # tried as an ordinary user, nobody when the suite runs as root.
+    become = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] * (os.geteuid() == 0)
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as folder:
+        Path(folder, "forks.py").write_text(FORKS)
+        if become:
+            os.chown(folder, 65534, 65534)
+        ran = subprocess.run(
+            [*become, sys.executable, "-c", RUN_FORKS, str(Path(agent.__file__).parent), folder],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert ran.stdout.startswith("started "), ran.stderr
+    assert 0 < int(ran.stdout.split()[1]) < 40, ran.stdout
+
+
+def test_a_process_cannot_take_more_memory_than_the_limit(sandbox):
+    sandbox_limits(sandbox, "memory=256M")
+    result = shell(f"{PYTHON} -c \"bytearray(512 * 2**20); print('took it')\"")
+    assert "MemoryError" in result and "took it" not in result, result
+
+
+def sandbox_limits(folder, setting: str) -> None:
+    """The workspace of the tool tests with LLM_SANDBOX_LIMITS=setting."""
+    from minimal_agent import processes
+
+    workspace = use_workspace(folder, timeout=10, yes=True, sandbox=True)
+    workspace.sandbox_limits = processes.sandbox_limits(setting)
+
+
+def test_where_bwrap_would_leave_capabilities_the_agent_refuses(workdir, tmp_path):
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = bin_folder / "bwrap"  # as an old or setuid bubblewrap that keeps root's capabilities
+    fake.write_text("#!/bin/sh\nprintf 'Name:\\tcat\\nCapEff:\\t000001fffeffffff\\n'\n")
+    fake.chmod(0o755)
+    with StubServer([]) as server:
+        env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: --sandbox: commands would keep capabilities inside bubblewrap")
+    assert "(CapEff 000001fffeffffff)" in line
+    assert server.requests == []
+
+
+@pytest.mark.parametrize("setting", ["processes=many", "memory=2X", "disk=1G", "tmp=0", "tmp"])
+def test_a_mistaken_sandbox_limits_setting_is_one_line(workdir, setting):
+    with StubServer([]) as server:
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi",
+                         env=stub_env(server, LLM_SANDBOX_LIMITS=setting))  # fmt: skip
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith(f"error: LLM_SANDBOX_LIMITS has {setting!r}: write NAME=VALUE pairs")
+    assert server.requests == []
+
+
+def test_sandbox_limits_take_sizes_with_units_and_keep_the_defaults_for_the_rest():
+    from minimal_agent import processes
+
+    assert processes.sandbox_limits("") == processes.SANDBOX_LIMITS
+    assert processes.sandbox_limits(" processes = 64 , tmp=512M,memory=2g") == {
+        "processes": 64, "memory": 2 * 2**30, "tmp": 512 * 2**20,
+    }  # fmt: skip
+
+
+def test_a_bubblewrap_too_old_for_the_limits_is_named(workdir, tmp_path):
+    bin_folder = tmp_path / "bin"
+    bin_folder.mkdir()
+    fake = bin_folder / "bwrap"  # as bubblewrap 0.6 answers the /tmp size option
+    fake.write_text("#!/bin/sh\necho 'bwrap: Unknown option --size' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    with StubServer([]) as server:
+        env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
+        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr == (
+        "error: --sandbox: this bubblewrap is too old (bwrap: Unknown option --size): install "
+        "bubblewrap 0.8 or later\n"
+    )

@@ -1,0 +1,137 @@
+"""The user's own folders are outside the fence, even when the workdir holds them (the agent
+run in the home folder): the config folder with the key and the sessions folder with every
+conversation are refused to read_file, write_file and AGENTS.md, and hidden from sandboxed
+commands. The installed command as a user runs it, against a stub server."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import execute, run_agent, stub_env, use_workspace
+from fake_model import reply, tool_call
+from stub_server import StubServer
+from test_command import command_env, run_command, user_config
+
+KEY = "sk-users-own-key-93f1"
+CONFIG = ".config/minimal-agent/config.env"
+SESSIONS = ".local/state/minimal-agent/sessions"
+
+
+@pytest.fixture
+def home(tmp_path):
+    """The user's home folder, where the user runs the command: the workdir."""
+    folder = tmp_path / "home"
+    folder.mkdir()
+    return folder
+
+
+def attack(home, *options: str, calls: list[tuple[str, dict]], agents_link: bool = False):
+    """The command run in home (the workdir) by a model making calls one by one, then
+    answering; returns (the run, every tool result the model got, the server)."""
+    (home / SESSIONS).mkdir(parents=True)
+    (home / SESSIONS / "other.jsonl").write_text('{"role": "user", "content": "mine"}\n')
+    if agents_link:
+        (home / "AGENTS.md").symlink_to(home / CONFIG)
+    script = [reply(None, tool_call(name, args, f"c{n}")) for n, (name, args) in enumerate(calls)]
+    with StubServer([*script, reply("done")], api_key=KEY) as server:
+        user_config(home, LLM_API_KEY=KEY, LLM_BASE_URL=server.url)
+        env = command_env(home, LLM_SESSIONS_DIR=str(home / SESSIONS))
+        proc = run_command(*options, "go", cwd=home, env=env)
+    results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    return proc, results, server
+
+
+@pytest.mark.posix("the XDG config folder in the home folder, and AGENTS.md as a symlink")
+def test_the_key_and_the_transcripts_are_refused_to_the_file_tools_in_the_home_folder(home):
+    calls = [
+        ("read_file", {"path": CONFIG}),
+        ("read_file", {"path": f"{SESSIONS}/other.jsonl"}),
+        ("write_file", {"path": f"{SESSIONS}/other.jsonl", "content": "forged"}),
+        ("write_file", {"path": CONFIG, "content": "LLM_BASE_URL=http://evil\n"}),
+    ]
+    proc, results, server = attack(home, calls=calls, agents_link=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(results) == 4
+    for result in results:
+        assert result.startswith("Error: PermissionError: ") and "the user's own files" in result
+    assert KEY not in json.dumps(server.requests)  # nor AGENTS.md's link to it
+    assert (home / SESSIONS / "other.jsonl").read_text() == '{"role": "user", "content": "mine"}\n'
+    assert (home / CONFIG).read_text().startswith(f"LLM_API_KEY={KEY}")
+    assert "skipped AGENTS.md: " in proc.stderr
+    [note] = [line for line in proc.stderr.splitlines() if "the workdir holds" in line]
+    assert CONFIG.rsplit("/", 1)[0] in note and SESSIONS in note
+
+
+@pytest.mark.linux("bubblewrap")
+def test_a_sandboxed_command_sees_neither_the_key_nor_the_transcripts(home):
+    command = f"cat {CONFIG}; ls -A {SESSIONS}; echo forged > {SESSIONS}/other.jsonl; echo end"
+    proc, [result], server = attack(
+        home, "--sandbox", "--yes", calls=[("run_shell", {"command": command})]
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert result.endswith("end\n"), result
+    assert KEY not in json.dumps(server.requests)
+    assert "other.jsonl" not in result.replace(f"{SESSIONS}/other.jsonl:", "")
+    assert (home / SESSIONS / "other.jsonl").read_text() == '{"role": "user", "content": "mine"}\n'
+
+
+def test_a_private_file_is_refused_as_a_folder_is(workdir):
+    (workdir / "run.jsonl").write_text("a transcript kept in the workdir\n")
+    (workdir / "run.jsonl.notes").write_text("not the transcript\n")
+    workspace = use_workspace(workdir, timeout=10, yes=True)
+    workspace.private = [str(workdir / "run.jsonl")]
+    for call in (
+        ("read_file", {"path": "run.jsonl"}),
+        ("write_file", {"path": "run.jsonl", "content": "x"}),
+    ):
+        assert "the user's own files" in execute(tool_call(*call))
+    assert execute(tool_call("read_file", {"path": "run.jsonl.notes"})) == "not the transcript\n"
+
+
+@pytest.mark.linux("bubblewrap")
+def test_a_sandboxed_command_sees_a_private_file_empty_and_cannot_change_it(workdir):
+    (workdir / "run.jsonl").write_text("a transcript kept in the workdir\n")
+    workspace = use_workspace(workdir, timeout=10, yes=True, sandbox=True)
+    workspace.private = [str(workdir / "run.jsonl")]
+    command = "cat run.jsonl; echo forged > run.jsonl; rm -f run.jsonl; echo end"
+    result = execute(tool_call("run_shell", {"command": command}))
+    assert "a transcript" not in result and result.endswith("end\n"), result
+    assert (workdir / "run.jsonl").read_text() == "a transcript kept in the workdir\n"
+
+
+def test_the_lessons_config_env_is_refused_when_the_workdir_is_the_project(app):
+    (app / "config.env").write_text(f"LLM_API_KEY={KEY}\n")
+    (app / "notes.txt").write_text("the project's own\n")
+    calls = [tool_call("read_file", {"path": "config.env"}, "c1"),
+             tool_call("read_file", {"path": "notes.txt"}, "c2")]  # fmt: skip
+    with StubServer([reply(None, *calls), reply("done")], api_key=KEY) as server:
+        (app / "config.env").write_text(f"LLM_API_KEY={KEY}\nLLM_BASE_URL={server.url}\n")
+        env = {
+            k: v for k, v in stub_env(server).items() if k not in ("LLM_API_KEY", "LLM_BASE_URL")
+        }
+        proc = run_agent("--workdir", str(app), "go", env=env, script=app / "agent.py")
+    assert proc.returncode == 0, proc.stderr
+    first, second = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
+    assert "the user's own files" in first and KEY not in json.dumps(server.requests)
+    assert second == "the project's own\n"
+    assert "the workdir holds the agent's own config.env" in proc.stderr
+
+
+@pytest.mark.linux("bubblewrap")
+def test_a_sandboxed_command_cannot_plant_a_config_folder_that_is_not_there_yet(home):
+    # The key from the environment, no config folder yet: a planted config.env would send the
+    # key elsewhere the next time the command starts.
+    planted = (
+        f"mkdir -p {CONFIG.rsplit('/', 1)[0]} && echo LLM_BASE_URL=http://evil > {CONFIG}; echo end"
+    )
+    (home / SESSIONS).mkdir(parents=True)
+    (home / ".config").mkdir()
+    script = [reply(None, tool_call("run_shell", {"command": planted}, "c1")), reply("done")]
+    with StubServer(script, api_key=KEY) as server:
+        env = command_env(home, LLM_SESSIONS_DIR=str(home / SESSIONS), LLM_API_KEY=KEY,
+                          LLM_BASE_URL=server.url)  # fmt: skip
+        proc = run_command("--sandbox", "--yes", "go", cwd=home, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not (home / CONFIG).exists()
+    assert sorted(p.name for p in (home / ".config").iterdir()) == []
