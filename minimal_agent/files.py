@@ -25,8 +25,8 @@ def refuse_private(target: str, private: list[str], name: str) -> None:
     records: Workspace.private), which no tool reads or writes, whatever the workdir holds."""
     if any(inside(path, target) for path in private):
         raise PermissionError(
-            f"{name} is among the user's own files (the agent's settings or records), which the "
-            "tools may not read or write"
+            f"{name} is among the user's own files (the agent's settings, or the agent's own "
+            "records: transcripts and undo stores), which the tools may not read or write"
         )
 
 

@@ -193,11 +193,15 @@ def bwrap_command(
             system += ["--symlink", os.readlink(path), path]
         elif os.path.isdir(path):
             system += ["--ro-bind", path, path]
-    covered = []
+    covered, paths = [], set()
     for path in hidden:
         while not os.path.lexists(path):  # not made yet: none may make it, so cover its folder
             path = os.path.dirname(path)
         if files.inside(folder, path) and path != folder:
+            paths.add(path)
+    for path in sorted(paths):
+        if not any(files.inside(other, path) and other != path for other in paths):
+            # one inside another (a transcript in the sessions folder) is covered with it
             cover = ["--tmpfs", path] if os.path.isdir(path) else ["--ro-bind", "/dev/null", path]
             covered += [*cover, "--remount-ro", path]
     user = ["--unshare-user", "--uid", str(os.getuid()), "--gid", str(os.getgid())]
