@@ -51,10 +51,19 @@ def describe_api_error(
     return without_key(message, config.get("api_key"))
 
 
+KEY_LENGTH = 8  # a shorter key ("x", "ollama") is no secret, and looking for it finds words
+
+
 def without_key(text: str, key: str | None) -> str:
-    """text with the API key replaced by ***; a short one ("x", "ollama") is no secret and
-    replacing it would mangle words."""
-    return text.replace(key, "***") if key and len(key) >= 8 else text
+    """text with the API key replaced by ***: every message that quotes what a server sent
+    goes through this, before it is cut short (a cut could leave part of the key)."""
+    return text.replace(key, "***") if key and len(key) >= KEY_LENGTH else text
+
+
+def holds_key(value: str, keys: set[str]) -> bool:
+    """Whether value is one of keys, or holds one that is long enough to be a secret
+    (ADV_AUTH=Bearer <key>)."""
+    return any(value == key or (len(key) >= KEY_LENGTH and key in value) for key in keys)
 
 
 THINKING_SETTINGS = {"reasoning_effort": "LLM_EFFORT (or --effort)",
