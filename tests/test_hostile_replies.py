@@ -171,7 +171,7 @@ def echo(status: int, padding: int):
 
 
 @pytest.mark.parametrize("stream", STREAM)
-@pytest.mark.parametrize("status", [200, 400, 401, 500, 503])
+@pytest.mark.parametrize("status", [200, 401, 503])  # each way a body is quoted
 @pytest.mark.parametrize("padding", [0, 70, 150])  # whole; cut in two at 120, at 200
 def test_a_body_echoing_the_request_headers_never_shows_the_key(workdir, stream, status, padding):
     with Serving(served([echo(status, padding)] * 3)) as server:
