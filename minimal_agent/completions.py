@@ -14,7 +14,8 @@ from minimal_agent.replies import REASONING_FIELDS
 
 
 def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=say, show=None):
-    """One chat completion: request holds model, tools and limits; returns a ChatCompletion.
+    """One chat completion: request holds model, tools and limits; returns a ChatCompletion,
+    its fields checked for the kinds the agent reads (reply_shapes: AgentError if not).
 
     quirks is what this server turned out to need, kept by the caller for its whole run:
     "empty content" once Ollama has rejected content null (it wants "" instead).
@@ -108,6 +109,7 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     from openai.types.chat import ChatCompletion
 
     state = ChatCompletionStreamState()
+    key = getattr(client, "api_key", None)  # removed from whatever of the server's is quoted
     calls: dict[int, list[dict]] = {}  # what each choice's tool calls have sent so far
     usage = None
     started = False
@@ -123,13 +125,13 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     try:
         with stream:
             for chunk in stream:
-                reply_shapes.check_chunk(chunk, client.api_key, len(calls.get(0, [])))
+                reply_shapes.check_chunk(chunk, key, len(calls.get(0, [])))
                 usage = chunk.usage or usage  # on the finish chunk, or in a chunk of its own
                 if not chunk.choices:  # the usage-only last chunk, a content-filter note
                     continue
                 mend(chunk, calls)
                 show_delta(chunk.choices[0].delta, show)
-                put_together(state, chunk, client.api_key)
+                put_together(state, chunk, key)
                 started = True
     except openai.APITimeoutError:  # not asked again: that would double a long wait
         seconds = client.timeout if isinstance(client.timeout, (int, float)) else None
@@ -143,7 +145,7 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     except openai.APIStatusError:
         raise
     except openai.APIError as error:  # an {"error": ...} event in the stream
-        said = " ".join(without_key(str(error.message), client.api_key).split())[:200]
+        said = " ".join(without_key(str(error.message), key).split())[:200]
         reported = f"the server reported an error in the middle of the reply ({said})"
         raise BrokenStream(reported) from None
     snapshot = state.current_completion_snapshot if started else None
