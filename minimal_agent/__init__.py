@@ -6,6 +6,7 @@ command line needs from it is handed to cli.main().
     session         what lasts a whole session: workspace, conversation, totals, budget, window
     completions     one request to the model, plain or streamed, and servers' stream repairs
     replies         the assistant message sent back in the history; the answer to show
+    reply_shapes    every reply's fields checked for the kinds the agent relies on
     errors          AgentError, and the one line that explains an API error
     display         everything the user sees on stderr, and the approval prompt
     processes       run_shell's process group, time-out, signals, and the sandbox

@@ -12,7 +12,7 @@ import sys
 
 from minimal_agent import changes, completions, cost, display, files, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
-from minimal_agent.errors import AgentError, describe_api_error
+from minimal_agent.errors import AgentError, describe_api_error, without_key
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
@@ -89,12 +89,13 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     except KeyboardInterrupt:
         display.say("interrupted")
         return stopped(session, args, 130)
-    except AgentError as error:
-        display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
+    except AgentError as error:  # it may quote what the server sent: never with the key
+        said = without_key(str(error), config.get("api_key"))
+        display.say(said if said.startswith("stopped:") else f"error: {said}")
         budget = type(error).__name__ == "BudgetReached"
         return stopped(session, args, EXIT_CODES["budget"] if budget else 1)
     except OSError as error:
-        display.say(f"error: {error}")
+        display.say(f"error: {without_key(str(error), config.get('api_key'))}")
         return stopped(session, args, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
         display.say(f"error: {missing_package(error)}")
@@ -107,7 +108,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         context["sent"] = session.limits if session else {}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
-            return report_bug(save)
+            return report_bug(save, config.get("api_key"))
         display.say(f"error: {message}")
         return stopped(session, args, 1)
     finally:
@@ -735,12 +736,13 @@ def missing_package(error: ModuleNotFoundError) -> str:
     )
 
 
-def report_bug(save: str | None) -> int:
-    """Called inside an except block: an error no user can cause; keep its traceback."""
+def report_bug(save: str | None, key: str | None) -> int:
+    """Called inside an except block: an error no user can cause; keep its traceback (without
+    the key: an exception may quote what the server sent)."""
     import traceback
 
-    for line in traceback.format_exc().splitlines():  # escaped: it may quote the model's words
-        display.say(line)
+    for line in without_key(traceback.format_exc(), key).splitlines():  # escaped: it may quote
+        display.say(line)  # the model's words
     transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
     display.say(
         "this is a bug in the agent, not something you did: please report it on the project's "

@@ -5,14 +5,17 @@ the repairs other servers' streams need."""
 from __future__ import annotations
 
 import json
+import warnings
 
-from minimal_agent.display import say
+from minimal_agent import reply_shapes
+from minimal_agent.display import one_line, say
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
 
 
 def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=say, show=None):
-    """One chat completion: request holds model, tools and limits; returns a ChatCompletion.
+    """One chat completion: request holds model, tools and limits; returns a ChatCompletion,
+    its fields checked for the kinds the agent reads (reply_shapes: AgentError if not).
 
     quirks is what this server turned out to need, kept by the caller for its whole run:
     "empty content" once Ollama has rejected content null (it wants "" instead).
@@ -27,9 +30,12 @@ def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=say,
         quirks.add("empty content")
         warn('note: this server rejects content null; sending "" instead from now on')
         resp = complete(client, show, messages=with_empty_content(messages), **request)
+    key = getattr(client, "api_key", None)
+    reply_shapes.check_reply(resp, key)  # before anything reads it
     served = getattr(resp, "model", None)
     if served and not served.startswith(request["model"]) and "model" not in quirks:
         quirks.add("model")  # llama.cpp and LM Studio in single-model mode ignore the name
+        served = without_key(served, key)
         warn(f"note: asked for model {request['model']}, the server answered as {served}")
     return resp
 
@@ -103,6 +109,7 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     from openai.types.chat import ChatCompletion
 
     state = ChatCompletionStreamState()
+    key = getattr(client, "api_key", None)  # removed from whatever of the server's is quoted
     calls: dict[int, list[dict]] = {}  # what each choice's tool calls have sent so far
     usage = None
     started = False
@@ -118,12 +125,13 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     try:
         with stream:
             for chunk in stream:
+                reply_shapes.check_chunk(chunk, key, len(calls.get(0, [])))
                 usage = chunk.usage or usage  # on the finish chunk, or in a chunk of its own
                 if not chunk.choices:  # the usage-only last chunk, a content-filter note
                     continue
                 mend(chunk, calls)
                 show_delta(chunk.choices[0].delta, show)
-                state.handle_chunk(chunk)
+                put_together(state, chunk, key)
                 started = True
     except openai.APITimeoutError:  # not asked again: that would double a long wait
         seconds = client.timeout if isinstance(client.timeout, (int, float)) else None
@@ -137,7 +145,7 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     except openai.APIStatusError:
         raise
     except openai.APIError as error:  # an {"error": ...} event in the stream
-        said = without_key(" ".join(str(error.message).split())[:200], client.api_key)
+        said = " ".join(without_key(str(error.message), key).split())[:200]
         reported = f"the server reported an error in the middle of the reply ({said})"
         raise BrokenStream(reported) from None
     snapshot = state.current_completion_snapshot if started else None
@@ -145,9 +153,29 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
         raise BrokenStream("the stream ended before the server finished the reply")
     # A plain ChatCompletion, without the SDK's parsed-output fields, as a plain request gives.
     parsed = {"parsed": True, "tool_calls": {"__all__": {"function": {"parsed_arguments"}}}}
-    data = snapshot.model_dump(exclude={"choices": {"__all__": {"message": parsed}}})
-    data["usage"] = usage and usage.model_dump()
+    data = snapshot.model_dump(
+        exclude={"choices": {"__all__": {"message": parsed}}}, warnings=False
+    )
+    data["usage"] = usage and usage.model_dump(warnings=False)
     return ChatCompletion.construct(**data)
+
+
+def put_together(state, chunk, key: str | None) -> None:
+    """The chunk added to the SDK's accumulator. The chunk's fields the agent reads are checked
+    already (reply_shapes.check_chunk); the accumulator relies on more of them (logprobs, the
+    kinds of fields it does not know, which it concatenates), and what it cannot take is the
+    server's mistake, said in one line like any other. (The accumulator's copies of a chunk
+    would warn, unescaped, of every field of an unexpected kind: not for the user's eyes.)"""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            state.handle_chunk(chunk)
+    except (AssertionError, AttributeError, IndexError, KeyError, TypeError, ValueError) as error:
+        said = one_line(without_key(f"{type(error).__name__}: {error}", key), 120)
+        raise AgentError(
+            f"the server's stream cannot be put together into a reply (the openai SDK said "
+            f"{said}); nothing of it was kept: check LLM_BASE_URL, or try --no-stream"
+        ) from None
 
 
 def not_a_chat_completion(resp) -> bool:
@@ -178,6 +206,7 @@ def not_a_completion(client, body: str, what: str | None = None, streamed: bool 
     """One line: the URL, what came back (an HTML page, JSON, text) and its first characters,
     escaped, and what to check."""
     url = f"{str(getattr(client, 'base_url', '')).rstrip('/')}/chat/completions"
+    body = without_key(body, getattr(client, "api_key", None))  # an echo of the request's headers
     if what is None:
         start = body.lstrip()[:200].lower()
         if start.startswith(("<!doctype html", "<html")) or "<html" in start:

@@ -41,7 +41,7 @@ def describe_api_error(
     elif isinstance(error, openai.APIConnectionError):
         message = f"could not connect to {url}: check LLM_BASE_URL and that the server is running"
     elif isinstance(error, openai.APIStatusError):
-        said = server_says(error)
+        said = server_says(error, config.get("api_key"))
         hint = status_hint(error.status_code, said, config, model, save, sent or {})
         message = f"the server answered {error.status_code} ({said}): {hint}"
     elif isinstance(error, openai.APIError):
@@ -51,10 +51,22 @@ def describe_api_error(
     return without_key(message, config.get("api_key"))
 
 
-def without_key(text: str, key: str | None) -> str:
-    """text with the API key replaced by ***; a short one ("x", "ollama") is no secret and
-    replacing it would mangle words."""
-    return text.replace(key, "***") if key and len(key) >= 8 else text
+KEY_LENGTH = 8  # a shorter key ("x", "ollama") is no secret, and looking for it finds words
+
+
+def without_key(text: str, key: object) -> str:
+    """text with the API key replaced by ***: every message that quotes what a server sent
+    (which may echo the request's Authorization header) goes through this, before it is cut
+    short, since a cut could leave half of the key. key: the client's api_key, or None."""
+    if isinstance(key, str) and len(key) >= KEY_LENGTH:
+        return text.replace(key, "***")
+    return text
+
+
+def holds_key(value: str, keys: set[str]) -> bool:
+    """Whether value is one of keys, or holds one that is long enough to be a secret
+    (ADV_AUTH=Bearer <key>)."""
+    return any(value == key or (len(key) >= KEY_LENGTH and key in value) for key in keys)
 
 
 THINKING_SETTINGS = {"reasoning_effort": "LLM_EFFORT (or --effort)",
@@ -126,9 +138,11 @@ def url_hint(url: str) -> str:
     return f"check LLM_BASE_URL ({url}) and LLM_MODEL"
 
 
-def server_says(error) -> str:
+def server_says(error, key: str | None) -> str:
+    """What the server said in an error's body (its message, where it has one), on one line,
+    the key removed."""
     body = error.body
     if isinstance(body, dict):
         body = body.get("error", body)
         body = body.get("message", body) if isinstance(body, dict) else body
-    return one_line(str(body if body is not None else error.message), 200)
+    return one_line(without_key(str(body if body is not None else error.message), key), 200)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import codecs
 import contextlib
 import os
+import re
 import sys
 import time
 from collections.abc import Sequence
 
 from minimal_agent import display, files
-from minimal_agent.errors import AgentError
+from minimal_agent.errors import AgentError, holds_key
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
 ON_LINUX = sys.platform == "linux"  # /proc and a child subreaper: escaped children are found
@@ -26,7 +27,14 @@ SHELL_NAME = (  # run_shell's parameter description: the model should know which
     if ON_WINDOWS
     else "The command line, run by /bin/sh."
 )
-SECRET_WORDS = ("KEY", "SECRET", "TOKEN", "PASSWORD")  # in a name, any case: kept from commands
+# A variable is kept from commands when its name (in any case) holds one of these, or its value
+# is a URL with a password (postgres://user:pw@host/db); PAT only as a word (GH_PAT, not
+# PYTHONPATH), AUTH not as in GIT_AUTHOR_NAME; the shell's own PWD and OLDPWD are no secrets.
+SECRET_NAME = re.compile(
+    r"KEY|SECRET|TOKEN|PASS|PWD|CRED|COOKIE|SESSION|AUTH(?!OR(?:S|_|$))|(?:^|_)PAT(?:_|$)"
+)
+NO_SECRETS = ("PWD", "OLDPWD")
+PASSWORD_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^/?#@\s:]*:[^/?#@\s]+@")
 SANDBOX_ENV = ("PATH", "HOME", "LANG", "TERM", "TZ", "USER")  # and LC_*: all a sandbox gets
 SYSTEM_FOLDERS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 
@@ -120,22 +128,32 @@ def start_command(command: str, ws):  # -> subprocess.Popen
 
 
 def command_environment(ws) -> dict[str, str]:
-    """The agent's environment less every variable whose name holds KEY, SECRET, TOKEN or
-    PASSWORD (any case), as Codex does; in the sandbox (ws.sandbox), only PATH, HOME, LANG,
-    LC_*, TERM, TZ and USER. ws.pass_env's names (LLM_PASS_ENV) pass anyway; the agent's own
-    key (ws.key, and LLM_API_KEY's value) never does, by any name."""
+    """The agent's environment less every variable that looks secret (secret_looking), as
+    Codex keeps out names with KEY, SECRET or TOKEN; in the sandbox (ws.sandbox), only PATH,
+    HOME, LANG, LC_*, TERM, TZ and USER. ws.pass_env's names (LLM_PASS_ENV) pass anyway; a
+    value holding the agent's own key (ws.key, and LLM_API_KEY's value) never does, by any
+    name."""
     keys = {ws.key, os.environ.get("LLM_API_KEY", "")} - {""}
 
-    def allowed(name: str) -> bool:
+    def allowed(name: str, value: str) -> bool:
+        if holds_key(value, keys):
+            return False
         if name in ws.pass_env:
             return True
         if ws.sandbox:
-            return name in SANDBOX_ENV or name.startswith("LC_")
-        return not any(word in name.upper() for word in SECRET_WORDS)
+            in_list = name in SANDBOX_ENV or name.startswith("LC_")
+            return in_list and not PASSWORD_URL.search(value)
+        return not secret_looking(name, value)
 
-    return {
-        name: value for name, value in os.environ.items() if allowed(name) and value not in keys
-    }
+    return {name: value for name, value in os.environ.items() if allowed(name, value)}
+
+
+def secret_looking(name: str, value: str) -> bool:
+    """Whether a variable looks like a secret: its name holds KEY, SECRET, TOKEN, PASS, PWD,
+    CRED, COOKIE, SESSION, AUTH or the word PAT (any case), or its value holds a URL with a
+    password."""
+    named = SECRET_NAME.search(name.upper()) and name.upper() not in NO_SECRETS
+    return bool(named or PASSWORD_URL.search(value))
 
 
 def pass_env_names(api_key: str, pass_env: str) -> frozenset[str]:
@@ -143,7 +161,7 @@ def pass_env_names(api_key: str, pass_env: str) -> frozenset[str]:
     the agent's key (from config.env or the environment) is a mistake."""
     names = frozenset(name.strip() for name in pass_env.split(",") if name.strip())
     for name in sorted(names):
-        if name == "LLM_API_KEY" or (api_key and os.environ.get(name) == api_key):
+        if name == "LLM_API_KEY" or holds_key(os.environ.get(name, ""), {api_key} - {""}):
             raise AgentError(
                 f"LLM_PASS_ENV names {name}, which holds the agent's own key, and that never "
                 "reaches a command: remove it from LLM_PASS_ENV"

@@ -9,7 +9,7 @@ import os
 
 from minimal_agent import changes, completions, cost, diffs, display, files, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
-from minimal_agent.errors import AgentError
+from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import CUT_OFF, without_thinking
 from minimal_agent.transcripts import (
     Conversation,
@@ -181,7 +181,7 @@ class Session:
                     raise
                 sent = self.window.view(messages)
                 resp = completions.ask(client, sent, request, self.quirks, display.say, show)
-        self.note_reply(resp, sent)
+        self.note_reply(resp, sent, getattr(client, "api_key", None))
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
             self.changes.step_begins([call.function.name for call in calls])
@@ -275,7 +275,8 @@ class Session:
                     client, summary_messages, summary_request, self.quirks, display.say
                 )
             except Exception as error:  # the summary is a nicety: never the end of the run
-                display.say(f"context: no summary ({display.one_line(error, 160)})")
+                said = without_key(str(error), getattr(client, "api_key", None))
+                display.say(f"context: no summary ({display.one_line(said, 160)})")
                 return None
             self.add_up(resp)
             reply = resp.choices[0].message.content if resp.choices else None
@@ -300,14 +301,17 @@ class Session:
                 "conversation is saved: resume it (-c) to go on, with a budget of its own"
             )
 
-    def note_reply(self, resp, sent: list[dict]) -> None:
+    def note_reply(self, resp, sent: list[dict], key: str | None) -> None:
         """Print the raw response (--raw), warn of a cut-off reply or of a server that cut the
-        conversation, add up tokens and cost."""
+        conversation, add up tokens and cost. key: the client's, removed from what is quoted."""
         if self.raw:
-            for line in resp.model_dump_json(indent=2).split("\n"):
+            for line in without_key(resp.model_dump_json(indent=2, warnings=False), key).split(
+                "\n"
+            ):
                 display.say(line)
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
-            detail = display.one_line(json.dumps((resp.model_extra or {}).get("error", "")), 200)
+            error = json.dumps((resp.model_extra or {}).get("error", ""))
+            detail = display.one_line(without_key(error, key), 200)
             raise AgentError(f"the server's reply has no choices {detail}".rstrip())
         reason = resp.choices[0].finish_reason
         if reason in CUT_OFF:
@@ -400,6 +404,7 @@ class Session:
         self.end_step()  # what the turn's tools changed so far can be undone
         self.count_tool_calls()
         self.failed += 1
+        said = without_key(said, self.workspace.key)  # it may quote what the server sent
         display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
     def cancel_turn(self) -> None:

@@ -119,6 +119,60 @@ def test_a_key_from_config_env_never_reaches_a_command_under_another_name(app, w
     assert AGENT_KEY not in proc.stdout
 
 
+MORE_SECRETS = {  # the attack: each reached commands when only KEY/SECRET/TOKEN counted
+    "MYSQL_PWD": "mysql-secret-7",
+    "GH_PAT": "pat-secret-8",
+    "gitlab_pat_readonly": "pat-secret-9",
+    "PGPASSFILE": "/home/someone/pass-secret-10",
+    "GOOGLE_APPLICATION_CREDENTIALS": "/home/someone/cred-secret-11.json",
+    "BASIC_AUTH": "user:auth-secret-12",
+    "CURL_COOKIE": "sid=cookie-secret-13",
+    "APP_SESSION_ID": "session-secret-14",
+    "DATABASE_URL": "postgres://u:pw-secret-15@db/x",
+    "PIP_EXTRA_INDEX_URL": "https://example.org/simple https://:pw-secret-16@pkgs.example/simple",
+    "ADV_AUTH": f"Bearer {AGENT_KEY}",  # a secret name, and the agent's key inside a value
+    "CURL_HEADER": f"Authorization: Bearer {AGENT_KEY}",  # a harmless name, the key inside
+}
+ORDINARY = {  # what must still reach commands, though some of it looks a little like the above
+    "GIT_AUTHOR_NAME": "Ada",  # AUTH, but the author's name
+    "PYTHONPATH": "/nowhere-on-purpose",  # PAT, but inside PATH
+    "PROJECT_URL": "https://user@example.org/repo.git",  # a user but no password
+    "DOCS_URL": "https://example.org:8443/a:b",
+    "LANG": "C.UTF-8",
+}
+
+
+@pytest.mark.posix("env and /bin/sh")
+def test_more_secret_looking_names_and_values_never_reach_a_command(workdir):
+    proc, seen = run_env(workdir, **MORE_SECRETS, **ORDINARY)
+    assert proc.returncode == 0, proc.stderr
+    assert [name for name in MORE_SECRETS if name in names(seen)] == []
+    assert [value for value in MORE_SECRETS.values() if value in seen] == []
+    assert AGENT_KEY not in seen
+    assert {f"{name}={value}" for name, value in ORDINARY.items()} <= set(seen.splitlines())
+    assert {"PATH", "HOME", "PWD"} <= names(seen)
+
+
+@pytest.mark.posix("env and /bin/sh")
+def test_llm_pass_env_passes_such_names_but_never_a_value_holding_the_key(workdir):
+    proc, seen = run_env(workdir, **MORE_SECRETS, LLM_PASS_ENV="MYSQL_PWD,DATABASE_URL,GH_PAT")
+    assert proc.returncode == 0, proc.stderr
+    passed = {"MYSQL_PWD=mysql-secret-7", "DATABASE_URL=postgres://u:pw-secret-15@db/x"}
+    assert passed | {"GH_PAT=pat-secret-8"} <= set(seen.splitlines())
+    assert names(seen) & {"ADV_AUTH", "CURL_HEADER", "CURL_COOKIE"} == set()
+    assert AGENT_KEY not in seen
+
+
+def test_llm_pass_env_naming_a_value_that_holds_the_key_is_refused_at_start_up(workdir):
+    with StubServer([]) as server:
+        env = stub_env(server, LLM_PASS_ENV="ADV_AUTH", ADV_AUTH=f"Bearer {server.api_key}")
+        proc = run_in_process("--workdir", str(workdir), "--yes", "hi", env=env)
+    assert proc.returncode == 1
+    [line] = proc.stderr.splitlines()
+    assert line.startswith("error: LLM_PASS_ENV names ADV_AUTH, which holds the agent's own key")
+    assert server.requests == []
+
+
 @pytest.mark.linux("bubblewrap")
 def test_a_sandboxed_command_starts_from_a_short_allow_list_and_still_works(workdir):
     settings = {"LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "TZ": "UTC", "TERM": "xterm",
