@@ -259,7 +259,7 @@ def page(text: str) -> None:
 
     pager = os.environ.get("PAGER") or ("less" if shutil.which("less") else "")
     if pager:
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError), ctrl_c_to_the_pager():
             shown = subprocess.run(pager, shell=True, input=text.encode("utf-8", "replace"))
             if shown.returncode != 127:  # the shell's "no such command"
                 return
@@ -274,6 +274,24 @@ def page(text: str) -> None:
             taken = 0
         print(line, file=sys.stderr, flush=True)
         taken += rows_taken(line, columns)
+
+
+@contextlib.contextmanager
+def ctrl_c_to_the_pager():
+    """Ctrl-C while the pager runs is the pager's (less stops a search with it): the agent
+    does not end, and so does not kill the pager and leave the terminal in its raw mode. A
+    handler that does nothing, not SIG_IGN, which the pager would inherit."""
+    import signal  # here, not at the top, to keep --help's start-up fast
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can set handlers
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def clipped(line: str, width: int) -> tuple[str, int]:
@@ -311,7 +329,7 @@ def columns_taken(piece: str) -> int:
 
 def columns_of(text: str) -> int:
     """The columns text (escaped already: every character printable) takes on one row."""
-    return sum(map(columns_taken, text))
+    return len(text) if text.isascii() else sum(map(columns_taken, text))
 
 
 def rows_taken(text: str, columns: int) -> int:

@@ -149,6 +149,24 @@ def test_v_shows_the_whole_command_in_the_pager_then_asks_again(workdir, tmp_pat
 
 
 @on_a_terminal
+def test_ctrl_c_in_the_pager_is_the_pagers_and_the_question_is_asked_again(workdir, tmp_path):
+    started = tmp_path / "pager.started"
+    with StubServer([shell_call(CURL_42), reply("done")]) as server:
+        child = agent_on_terminal(
+            server, 24, 60, "--workdir", str(workdir), "go", PAGER=f"touch '{started}'; sleep 20"
+        )
+        child.expect_exact(RUN_IT)
+        child.sendline("v")
+        wait_for(started.exists, "the pager never started")
+        child.sendintr()  # to the whole foreground group: the pager's shell ends
+        child.expect_exact(RUN_IT, timeout=10)  # not the 20 s of its sleep, not "interrupted"
+        child.sendline("n")
+        child.expect_exact("done")
+        assert finish(child) == 0
+    assert "interrupted" not in child.logfile_read.getvalue().decode()
+
+
+@on_a_terminal
 @pytest.mark.parametrize("rows, columns", [(23, 80), (40, 59)])
 def test_below_60x24_one_line_refuses_to_ask_and_nothing_runs(workdir, rows, columns):
     with StubServer([shell_call("touch X"), reply("done")]) as server:
