@@ -254,15 +254,19 @@ def command_page(command: str) -> str:
 def page(text: str) -> None:
     """text (escaped already) whole, in the user's pager ($PAGER, else less); where there is
     none, a screenful at a time on stderr."""
-    import shutil  # here, not at the top, to keep --help's start-up fast
+    import shlex  # here, not at the top, to keep --help's start-up fast
+    import shutil
     import subprocess
 
-    pager = os.environ.get("PAGER") or ("less" if shutil.which("less") else "")
-    if pager:
+    pager = os.environ.get("PAGER") or "less"
+    try:  # a shell command line, as git runs it: the program is its first word
+        program = shlex.split(pager)[:1]
+    except ValueError:
+        program = []
+    if program and shutil.which(program[0]):
         with contextlib.suppress(OSError), ctrl_c_to_the_pager():
-            shown = subprocess.run(pager, shell=True, input=text.encode("utf-8", "replace"))
-            if shown.returncode != 127:  # the shell's "no such command"
-                return
+            subprocess.run(pager, shell=True, input=text.encode("utf-8", "replace"))
+            return
     rows, columns = screen_size()
     taken = 0
     for line in text.split("\n"):

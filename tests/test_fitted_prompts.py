@@ -300,8 +300,9 @@ def test_the_write_prompt_refuses_to_ask_below_60x24(workdir):
     assert not (workdir / "a.txt").exists()
 
 
-def test_without_a_pager_the_whole_text_is_shown_a_screenful_at_a_time(monkeypatch):
-    monkeypatch.setenv("PAGER", "")
+@pytest.mark.parametrize("pager", ["", "no-such-pager -R"])
+def test_without_a_pager_the_whole_text_is_shown_a_screenful_at_a_time(monkeypatch, pager):
+    monkeypatch.setenv("PAGER", pager)
     monkeypatch.setenv("PATH", "")  # no less to be found
     monkeypatch.setattr(sys, "stdin", io.StringIO("\nq\n"))
     monkeypatch.setattr(sys, "stderr", io.StringIO())  # not a terminal: 24 x 80
