@@ -23,7 +23,8 @@ def say(text: str, paint: str = "") -> None:
     line = f"{paint}{shown}\033[0m" if paint else shown
     print(("\r\033[K" if on_terminal else "") + line, file=sys.stderr, flush=True)
     if on_terminal:
-        said_since_step["rows"] += rows_taken(shown, screen_size()[1])
+        # (of a huge line, its first 65,536 characters: more than a screenful anyway)
+        said_since_step["rows"] += rows_taken(shown[:65536], screen_size()[1])
 
 
 def show_call(step: int, call: dict) -> None:
@@ -301,6 +302,8 @@ def ctrl_c_to_the_pager():
 def clipped(line: str, width: int) -> tuple[str, int]:
     """line with its control characters as escapes, in at most width columns (a longer one as
     its start and its end around the number of characters left out), and that number."""
+    if len(line) <= width and line.isascii() and line.isprintable():
+        return line, 0  # the common case, without a look at each character
     start = [visible(c) for c in line[:width]]  # no character takes less than a column
     if len(line) <= width and sum(map(columns_taken, start)) <= width:
         return "".join(start), 0
@@ -537,7 +540,9 @@ def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
     return answer in ("y", "yes")
 
 
-def write_lines(path: str, summary: str, diff: list[str], rows: int, columns: int):
+def write_lines(
+    path: str, summary: str, diff: list[str], rows: int, columns: int
+) -> list[tuple[str, str]]:
     """The --confirm-writes prompt's view of a write in at most rows rows of a terminal columns
     wide, as (line, paint) pairs: the file's name and the summary first (a name too long for
     three rows shortened to its start and end), then the diff, each of its lines on one row
@@ -547,19 +552,30 @@ def write_lines(path: str, summary: str, diff: list[str], rows: int, columns: in
     header = f"  write {name}: {summary}"
     room = rows - rows_taken(header, columns)
     paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
-    shown, too_wide = [], 0
-    for line in diff:
-        text, left_out = clipped(line, columns - 7)  # "      " before, the last column free
-        too_wide += left_out > 0
-        start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
-        shown.append((f"      {text}", start))
-    note = note_rows(write_note(len(diff), too_wide, cut=False), columns)
-    if len(shown) + len(note) > room:
-        note = note_rows(write_note(len(diff), too_wide, cut=True), columns)
-        fits = max(room - len(note) - 1, 2)
-        head, tail = (fits + 1) // 2, fits // 2
-        marker = f"  [... {len(diff) - head - tail:,} lines of the diff left out ...]"
-        shown = shown[:head] + [(marker, "")] + shown[len(diff) - tail :]
+
+    def rows_of(lines: list[str]) -> tuple[list[tuple[str, str]], int]:
+        """Each line on a row, and how many were too wide for one. Only the lines shown are
+        looked at: a diff may have 100,000 of them."""
+        shown, too_wide = [], 0
+        for line in lines:
+            text, left_out = clipped(line, columns - 7)  # "      " before, the last column free
+            too_wide += left_out > 0
+            start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
+            shown.append((f"      {text}", start))
+        return shown, too_wide
+
+    if len(diff) <= room:  # it may fit whole
+        shown, too_wide = rows_of(diff)
+        note = note_rows(write_note(len(diff), too_wide, cut=False), columns)
+        if len(shown) + len(note) <= room:
+            return [(header, ""), *shown, *((line, "") for line in note)]
+    longest = note_rows(write_note(len(diff), len(diff), cut=True), columns)
+    fits = max(room - len(longest) - 1, 2)  # and a row saying how many lines are left out
+    head, tail = (fits + 1) // 2, fits // 2
+    shown, too_wide = rows_of(diff[:head] + diff[len(diff) - tail :])
+    marker = f"  [... {len(diff) - head - tail:,} lines of the diff left out ...]"
+    shown.insert(head, (marker, ""))
+    note = note_rows(write_note(len(diff), too_wide, cut=True), columns)
     return [(header, ""), *shown, *((line, "") for line in note)]
 
 
