@@ -17,6 +17,8 @@ import pyte
 import pytest
 from conftest import ROOT, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from stub_server import StubServer
 
 from minimal_agent import display
@@ -205,6 +207,35 @@ def test_rows_are_counted_from_the_escaped_text_so_a_wider_escape_cannot_push_li
     assert all(row.startswith(MARKS) for row in block), "\n".join(shown)  # no unmarked wrap
     assert block[-1] == f"  ~ {lines[-1][55:]}"  # the last line's last row
     asked(shown, "Run it? [y/N/a]")
+
+
+COMMAND_TEXT = st.text(st.sampled_from("ab \n\x1b\t中é\u202e"), max_size=400)
+
+
+@settings(max_examples=300, deadline=None)
+@given(command=COMMAND_TEXT, rows=st.integers(10, 30), columns=st.integers(60, 140))
+def test_a_commands_view_never_takes_more_rows_than_it_is_given(command, rows, columns):
+    shown = display.command_lines(command, rows, columns)
+    assert len(shown) <= rows
+    assert all(display.columns_of(row) < columns for row in shown)  # none wraps
+    assert shown[0].startswith("  $ ")
+    if not any("left out" in row for row in shown):  # shown whole: every character, in order
+        lines = [display.visible(line) for line in command.split("\n")]
+        assert command_on_screen(shown) == "\n".join(lines)
+    else:
+        assert any("answer v to see it whole" in row for row in " ".join(shown).split("  ("))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    path=COMMAND_TEXT.filter(bool), diff=st.lists(COMMAND_TEXT.map(lambda t: "+" + t), max_size=60),
+    rows=st.integers(12, 30), columns=st.integers(60, 140),
+)  # fmt: skip
+def test_a_writes_view_never_takes_more_rows_than_it_is_given(path, diff, rows, columns):
+    shown = display.write_lines(path, "+1 -0 lines", diff, rows, columns)
+    assert sum(display.rows_taken(display.visible(line), columns) for line, _ in shown) <= rows
+    assert display.rows_taken(shown[0][0], columns) <= 3  # the file's name and the summary
+    assert all(display.columns_of(line) < columns for line, _ in shown[1:])  # a row each
 
 
 # --- 2. The --confirm-writes prompt ------------------------------------------------------------
