@@ -492,21 +492,19 @@ def show_change(summary: str, diff: list[str]) -> None:
 def show_diff(diff: list[str]) -> None:
     """A unified diff on stderr, coloured on a colour terminal; past a screenful, its first
     lines and how many more there are (on a terminal: a pipe or a log gets all of it)."""
-    room = terminal_rows() - 4 if sys.stderr.isatty() else len(diff)
+    room = screen_size()[0] - 4 if sys.stderr.isatty() else len(diff)
     shown = diff if len(diff) <= room else diff[: max(room - 1, 1)]
-    paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
     for line in shown:
-        start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
-        say(f"      {line}", paint=start)
+        say(f"      {line}", paint=diff_paint(line))
     if len(shown) < len(diff):
         say(f"      ... {len(diff) - len(shown)} more lines of the diff")
 
 
-def terminal_rows() -> int:
-    try:
-        return os.get_terminal_size(sys.stderr.fileno()).lines or 24
-    except (AttributeError, ValueError, OSError):
-        return 24
+def diff_paint(line: str) -> str:
+    """The colour of a diff's line on a colour terminal (an SGR sequence), or ""."""
+    if not colour() or line.startswith(("+++", "---")):
+        return ""
+    return {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}.get(line[:1], "")
 
 
 def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
@@ -551,7 +549,6 @@ def write_lines(
     name, _ = clipped(path, 3 * columns - len(summary) - 16)
     header = f"  write {name}: {summary}"
     room = rows - rows_taken(header, columns)
-    paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
 
     def rows_of(lines: list[str]) -> tuple[list[tuple[str, str]], int]:
         """Each line on a row, and how many were too wide for one. Only the lines shown are
@@ -560,8 +557,7 @@ def write_lines(
         for line in lines:
             text, left_out = clipped(line, columns - 7)  # "      " before, the last column free
             too_wide += left_out > 0
-            start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
-            shown.append((f"      {text}", start))
+            shown.append((f"      {text}", diff_paint(line)))
         return shown, too_wide
 
     if len(diff) <= room:  # it may fit whole
