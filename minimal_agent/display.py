@@ -7,6 +7,7 @@ Everything but the final answer goes to stderr, so stdout stays clean for pipes.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import sys
@@ -17,13 +18,18 @@ def say(text: str, paint: str = "") -> None:
     """One line on stderr (wiping the "waiting" counter first on a terminal), every control
     character in it shown as an escape: what it says may quote the model or the server.
     paint: the agent's own colour for the whole line (an SGR sequence), or ""."""
-    clear = "\r\033[K" if sys.stderr.isatty() else ""
-    line = f"{paint}{visible(text)}\033[0m" if paint else visible(text)
-    print(clear + line, file=sys.stderr, flush=True)
+    on_terminal = sys.stderr.isatty()
+    shown = visible(text)
+    line = f"{paint}{shown}\033[0m" if paint else shown
+    print(("\r\033[K" if on_terminal else "") + line, file=sys.stderr, flush=True)
+    if on_terminal:
+        # (of a huge line, its first 65,536 characters: more than a screenful anyway)
+        said_since_step["rows"] += rows_taken(shown[:65536], screen_size()[1])
 
 
 def show_call(step: int, call: dict) -> None:
     name = one_line(call["function"]["name"], 60)  # the model's: any length, any character
+    said_since_step["rows"] = 0
     say(f"[{step}] {name}({short_arguments(call['function']['arguments'])})")
 
 
@@ -58,9 +64,12 @@ def short_arguments(arguments: str) -> str:
 
 
 def one_line(text: object, width: int = 100) -> str:
-    """text on one line, shortened to width with "...", control characters as escapes."""
+    """text on one line, shortened to width columns with "...", control characters as
+    escapes (a wide character takes two columns)."""
     flat = visible(" ".join(str(text).split()))
-    return flat if len(flat) <= width else flat[: width - 3] + "..."
+    if len(flat) <= width and columns_of(flat) <= width:
+        return flat
+    return "".join(fitting(list(flat[:width]), width - 3)) + "..."
 
 
 ANSWER_LAYOUT = "\n\t"  # what visible() keeps of the model's thinking and answers
@@ -81,7 +90,8 @@ def colour() -> bool:
 
 def approved(ws, command: str) -> bool:
     """Ask the user on the terminal: y runs it, a runs it and every later command of the
-    session (ws.approve_all), anything else does not. Without a terminal nobody can answer."""
+    session (ws.approve_all), v shows it whole in a pager and asks again, anything else does
+    not. Without a terminal, or on one too small to show it, nobody can answer."""
     if ws.approve_all:
         return True
     if not sys.stdin.isatty():
@@ -90,50 +100,210 @@ def approved(ws, command: str) -> bool:
             "the command was not run: it needs the user's approval and nobody can give it "
             "here (the user can restart the agent with --yes)"
         )
-    for line in command_lines(command, *screen_size()):
-        say(line)
+    refuse_a_small_screen("the command was not run", "  not run")
     where = " in the sandbox" if ws.sandbox else ""
-    sys.stderr.write(f"  Run it{where}? [y/N/a] (a: this and every later one this session) ")
-    sys.stderr.flush()
-    discard_typeahead()  # a key pressed before the question was asked is no answer to it
-    answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
+    question = f"  Run it{where}? [y/N/a] (a: this and every later one this session) "
+    while True:
+        rows, columns = screen_size()
+        room = rows - rows_above(rows) - rows_taken(question + "y", columns)
+        for line in command_lines(command, room, columns):
+            say(line)
+        answer = answered(question)
+        if answer != "v":
+            break
+        page(command_page(command))
+        said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
     if answer in ("a", "all", "always"):
         ws.approve_all = True
         say("  every later command of this session runs without asking")
     return ws.approve_all or answer in ("y", "yes")
 
 
+def answered(question: str) -> str:
+    """The user's answer to question, lower-cased; what was typed before it is no answer."""
+    sys.stderr.write(question)
+    sys.stderr.flush()
+    discard_typeahead()  # a key pressed before the question was asked is no answer to it
+    return sys.stdin.readline().strip().lower()  # "" at end of input: no
+
+
+MIN_ROWS, MIN_COLUMNS = 24, 60  # the smallest terminal a prompt is fitted to
+
+
+def refuse_a_small_screen(what_happened: str, said: str) -> None:
+    """One line and a PermissionError for the model when the terminal is smaller than
+    MIN_COLUMNS x MIN_ROWS: there a prompt could not show what it asks about."""
+    rows, columns = screen_size()
+    if rows >= MIN_ROWS and columns >= MIN_COLUMNS:
+        return
+    say(
+        f"{said}: the terminal is {columns}x{rows}, too small to show what it asks about "
+        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})"
+    )
+    raise PermissionError(
+        f"{what_happened}: the user's terminal is too small to show it for approval "
+        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)"
+    )
+
+
 def command_lines(command: str, rows: int, columns: int) -> list[str]:
-    """The approval prompt's view of command, made to fit rows x columns with the question, so
-    that no part of it can scroll out of sight: each of its lines on a line of its own ("$ "
-    before the first, "> " before the others), control characters as escapes; of a command
-    too long for that, its first and last lines, of a line too long, its start and end, each
-    with how much is left out; and, unless the command is one plain line shown whole, its size
-    and what is escaped. The command itself is not changed: it runs as the model wrote it."""
+    """The approval prompt's view of command in at most rows rows of a terminal columns wide,
+    its notes included, so that no part of it can scroll out of sight: each of its lines on
+    rows of its own ("$ " before the first, "> " before the others, "~ " before each row that
+    continues a line too wide for one), built from the escaped text (control characters as
+    escapes) so that each row's columns are the ones counted; of a command too large for that,
+    its start and its end around what is left out; and, unless the command is one plain line
+    that fits on a row, its size and what is escaped. The command itself is not changed: it
+    runs as the model wrote it."""
+    width = columns - 5  # "  $ " before, and the last column left free
+    whole = list(itertools.islice(command_rows(command, width), rows + 1))
+    wrapped = len(whole) > command.count("\n") + 1
+    notes = note_rows(command_notes(command, cut=False, wrapped=wrapped), columns)
+    if len(whole) + len(notes) <= rows:
+        return [f"  {mark} {text}" for mark, text, _, _ in whole] + notes
+    notes = note_rows(command_notes(command, cut=True, wrapped=True), columns)
+    room = max(rows - len(notes) - 1, 2)  # and a row saying what is left out
+    head = list(itertools.islice(command_rows(command, width), (room + 1) // 2))
+    tail = list(itertools.islice(command_rows_from_end(command, width, room // 2), room // 2))
+    gap_start = head[-1][3]
+    tail = [row for row in tail[::-1] if row[2] >= gap_start]  # a long line's rows start
+    # elsewhere from its end: no character is shown twice
+    gap_end = tail[0][2] if tail else len(command)
+    left_out = command[gap_start:gap_end]
+    if left_out.startswith("\n") and left_out.endswith("\n") and len(left_out) > 1:
+        marker = f"[... {left_out.count(chr(10)) - 1:,} lines left out ...]"
+    else:
+        lines = f" of {left_out.count(chr(10)) + 1:,} lines" if "\n" in left_out else ""
+        marker = f"[... {len(left_out):,} characters{lines} left out ...]"
+    shown = [f"  {mark} {text}" for mark, text, _, _ in head]
+    shown += [f"  {marker}"] + [f"  {mark} {text}" for mark, text, _, _ in tail]
+    return shown + notes
+
+
+def command_notes(command: str, cut: bool, wrapped: bool) -> list[str]:
+    """The notes under a command in the prompt: its size (unless it is one plain line shown on
+    one row), what is cut and how to see it whole, and that its control characters are shown
+    as escapes."""
+    notes = []
+    lines = command.count("\n") + 1
+    if lines > 1 or cut or wrapped:
+        count = f"{lines:,} line{'s' if lines > 1 else ''}, {len(command):,} characters"
+        if cut:
+            count += "; only its start and end are shown: answer v to see it whole"
+        elif wrapped:
+            count += "; ~ continues a line too wide for the screen"
+        notes.append(f"  ({count})")
+    if not command.replace("\n", "").isprintable():
+        notes.append("  (control characters are shown as escapes: \\x1b is ESC, \\r a return)")
+    return notes
+
+
+def note_rows(notes: list[str], columns: int) -> list[str]:
+    """The rows of a prompt's notes (the agent's own words), wrapped between words, each
+    continuing row indented under its note's text."""
+    import textwrap  # here, not at the top, to keep --help's start-up fast
+
+    rows = []
+    for note in notes:
+        rows += textwrap.wrap(note, columns - 1, subsequent_indent="   ")
+    return rows
+
+
+def command_rows(command: str, width: int):  # -> an iterator of (mark, text, start, end)
+    """The rows of width columns that command takes from its first on, each as its mark ("$"
+    on the first line's first row, ">" on another line's, "~" on a continuing row), its text
+    escaped, and where in command it starts and ends. Made as they are asked for: a command
+    of a million characters costs only the rows shown."""
+    start = 0
+    for number, line in enumerate(command.split("\n")):
+        yield from line_rows(command, start, start + len(line), "$" if number == 0 else ">", width)
+        start += len(line) + 1
+
+
+def command_rows_from_end(command: str, width: int, count: int):  # -> (mark, text, start, end)
+    """The last count rows of command_rows, the last first. A line too long to be wrapped
+    whole is wrapped from as far before its end as count rows can reach."""
     lines = command.split("\n")
-    room = max(rows - 5, 3)  # left for the step line above (two rows at most), two notes and
-    # the question below
-    head, tail = (room // 2, room - 1 - room // 2) if len(lines) > room else (len(lines), 0)
-    width = max(columns - 5, 30)  # "  $ " before, and the last column left free
-    shown, cut = [], tail > 0
-    for number, line in enumerate(lines[:head] + lines[len(lines) - tail :]):
-        if tail and number == head:
-            shown.append(f"  [... {len(lines) - head - tail:,} lines left out ...]")
-        text, left_out = clipped(line, width)
-        cut = cut or left_out > 0
-        shown.append(("  $ " if number == 0 else "  > ") + text)
-    if len(lines) > 1 or cut:
-        count = f"{len(lines):,} line{'s' if len(lines) > 1 else ''}"
-        part = "; only its start and end are shown" if cut else ""
-        shown.append(f"  ({count}, {len(command):,} characters{part})")
-    if any(not c.isprintable() for c in command if c != "\n"):
-        shown.append("  (control characters are shown as escapes: \\x1b is ESC, \\r a return)")
-    return shown
+    end = len(command)
+    for number in range(len(lines) - 1, -1, -1):
+        start = end - len(lines[number])
+        begin = max(start, end - count * width)  # no character takes less than a column
+        mark = "~" if begin > start else "$" if number == 0 else ">"
+        yield from reversed(list(line_rows(command, begin, end, mark, width)))
+        end = start - 1
+
+
+def line_rows(command: str, start: int, end: int, mark: str, width: int):
+    """The rows of command[start:end], a part of one line, as command_rows gives them."""
+    row, used, row_start = [], 0, start
+    for offset in range(start, end):
+        piece = visible(command[offset])  # the escaped text: its columns are the ones counted
+        if used + columns_taken(piece) > width and row:
+            yield mark, "".join(row), row_start, offset
+            mark, row, used, row_start = "~", [], 0, offset
+        row.append(piece)
+        used += columns_taken(piece)
+    yield mark, "".join(row), row_start, end
+
+
+def command_page(command: str) -> str:
+    """The whole command as the pager shows it: each line as in the prompt, escaped."""
+    lines = command.split("\n")
+    return "\n".join(("$ " if n == 0 else "> ") + visible(line) for n, line in enumerate(lines))
+
+
+def page(text: str) -> None:
+    """text (escaped already) whole, in the user's pager ($PAGER, else less); where there is
+    none, a screenful at a time on stderr."""
+    import shlex  # here, not at the top, to keep --help's start-up fast
+    import shutil
+    import subprocess
+
+    pager = os.environ.get("PAGER") or "less"
+    try:  # a shell command line, as git runs it: the program is its first word
+        program = shlex.split(pager)[:1]
+    except ValueError:
+        program = []
+    if program and shutil.which(program[0]):
+        with contextlib.suppress(OSError), ctrl_c_to_the_pager():
+            subprocess.run(pager, shell=True, input=text.encode("utf-8", "replace"))
+            return
+    rows, columns = screen_size()
+    taken = 0
+    for line in text.split("\n"):
+        if taken and taken + rows_taken(line, columns) > rows - 1:
+            sys.stderr.write("  -- more: Enter for the next page, q to stop -- ")
+            sys.stderr.flush()
+            if sys.stdin.readline().strip():
+                return  # q (or anything typed): enough
+            taken = 0
+        print(line, file=sys.stderr, flush=True)
+        taken += rows_taken(line, columns)
+
+
+@contextlib.contextmanager
+def ctrl_c_to_the_pager():
+    """Ctrl-C while the pager runs is the pager's (less stops a search with it): the agent
+    does not end, and so does not kill the pager and leave the terminal in its raw mode. A
+    handler that does nothing, not SIG_IGN, which the pager would inherit."""
+    import signal  # here, not at the top, to keep --help's start-up fast
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread can set handlers
+        return
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def clipped(line: str, width: int) -> tuple[str, int]:
     """line with its control characters as escapes, in at most width columns (a longer one as
     its start and its end around the number of characters left out), and that number."""
+    if len(line) <= width and line.isascii() and line.isprintable():
+        return line, 0  # the common case, without a look at each character
     start = [visible(c) for c in line[:width]]  # no character takes less than a column
     if len(line) <= width and sum(map(columns_taken, start)) <= width:
         return "".join(start), 0
@@ -162,6 +332,31 @@ def columns_taken(piece: str) -> int:
 
     wide = len(piece) == 1 and unicodedata.east_asian_width(piece) in ("W", "F")
     return 2 if wide else len(piece)
+
+
+def columns_of(text: str) -> int:
+    """The columns text (escaped already: every character printable) takes on one row."""
+    return len(text) if text.isascii() else sum(map(columns_taken, text))
+
+
+def rows_taken(text: str, columns: int) -> int:
+    """The rows a line of text (escaped already) takes on a terminal columns wide, wrapped."""
+    return max(1, -(-columns_of(text) // columns))
+
+
+def rows_taken_all(lines: list[str], columns: int) -> int:
+    return sum(rows_taken(line, columns) for line in lines)
+
+
+def rows_above(rows: int) -> int:
+    """The rows said since the last step line began, to keep on screen above a question: a
+    quarter of the screen at most, the rest being the question's."""
+    return min(said_since_step["rows"], rows // 4)
+
+
+# The rows of what say() wrote on the terminal since the last step line began, that line
+# included: a prompt keeps them on screen. There is one terminal, so one count.
+said_since_step = {"rows": 0}
 
 
 def screen_size() -> tuple[int, int]:
@@ -297,21 +492,19 @@ def show_change(summary: str, diff: list[str]) -> None:
 def show_diff(diff: list[str]) -> None:
     """A unified diff on stderr, coloured on a colour terminal; past a screenful, its first
     lines and how many more there are (on a terminal: a pipe or a log gets all of it)."""
-    room = terminal_rows() - 4 if sys.stderr.isatty() else len(diff)
+    room = screen_size()[0] - 4 if sys.stderr.isatty() else len(diff)
     shown = diff if len(diff) <= room else diff[: max(room - 1, 1)]
-    paint = {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"} if colour() else {}
     for line in shown:
-        start = paint.get(line[:1], "") if not line.startswith(("+++", "---")) else ""
-        say(f"      {line}", paint=start)
+        say(f"      {line}", paint=diff_paint(line))
     if len(shown) < len(diff):
         say(f"      ... {len(diff) - len(shown)} more lines of the diff")
 
 
-def terminal_rows() -> int:
-    try:
-        return os.get_terminal_size(sys.stderr.fileno()).lines or 24
-    except (AttributeError, ValueError, OSError):
-        return 24
+def diff_paint(line: str) -> str:
+    """The colour of a diff's line on a colour terminal (an SGR sequence), or ""."""
+    if not colour() or line.startswith(("+++", "---")):
+        return ""
+    return {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}.get(line[:1], "")
 
 
 def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
@@ -326,16 +519,71 @@ def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
             "the file was not written: the user asked to approve each write and nobody can "
             "approve it here (the user can restart the agent without --confirm-writes)"
         )
-    say(f"  write {visible(path)}: {summary}")
-    show_diff(diff)
-    sys.stderr.write("  Write it? [y/N/a] (a: this and every later write this session) ")
-    sys.stderr.flush()
-    answer = sys.stdin.readline().strip().lower()  # "" at end of input: no
+    refuse_a_small_screen("the file was not written", "  not written")
+    question = "  Write it? [y/N/a] (a: this and every later write this session) "
+    while True:
+        rows, columns = screen_size()
+        room = rows - rows_above(rows) - rows_taken(question + "y", columns)
+        for line, paint in write_lines(path, summary, diff, room, columns):
+            say(line, paint=paint)
+        answer = answered(question)
+        if answer != "v":
+            break
+        page("\n".join(visible(line) for line in [f"write {path}: {summary}", *diff]))
+        said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
     if answer in ("a", "all", "always"):
         ws.confirm_writes = False
         say("  every later write of this session is made without asking")
         return True
     return answer in ("y", "yes")
+
+
+def write_lines(
+    path: str, summary: str, diff: list[str], rows: int, columns: int
+) -> list[tuple[str, str]]:
+    """The --confirm-writes prompt's view of a write in at most rows rows of a terminal columns
+    wide, as (line, paint) pairs: the file's name and the summary first (a name too long for
+    three rows shortened to its start and end), then the diff, each of its lines on one row
+    (a longer one as its start and end), of a diff too long for the rows left its start and
+    end, and a note saying what is cut and that v shows the whole diff."""
+    name, _ = clipped(path, 3 * columns - len(summary) - 16)
+    header = f"  write {name}: {summary}"
+    room = rows - rows_taken(header, columns)
+
+    def rows_of(lines: list[str]) -> tuple[list[tuple[str, str]], int]:
+        """Each line on a row, and how many were too wide for one. Only the lines shown are
+        looked at: a diff may have 100,000 of them."""
+        shown, too_wide = [], 0
+        for line in lines:
+            text, left_out = clipped(line, columns - 7)  # "      " before, the last column free
+            too_wide += left_out > 0
+            shown.append((f"      {text}", diff_paint(line)))
+        return shown, too_wide
+
+    if len(diff) <= room:  # it may fit whole
+        shown, too_wide = rows_of(diff)
+        note = note_rows(write_note(len(diff), too_wide, cut=False), columns)
+        if len(shown) + len(note) <= room:
+            return [(header, ""), *shown, *((line, "") for line in note)]
+    longest = note_rows(write_note(len(diff), len(diff), cut=True), columns)
+    fits = max(room - len(longest) - 1, 2)  # and a row saying how many lines are left out
+    head, tail = (fits + 1) // 2, fits // 2
+    shown, too_wide = rows_of(diff[:head] + diff[len(diff) - tail :])
+    marker = f"  [... {len(diff) - head - tail:,} lines of the diff left out ...]"
+    shown.insert(head, (marker, ""))
+    note = note_rows(write_note(len(diff), too_wide, cut=True), columns)
+    return [(header, ""), *shown, *((line, "") for line in note)]
+
+
+def write_note(lines: int, too_wide: int, cut: bool) -> list[str]:
+    """The note under a write's diff when part of it is not shown."""
+    if not (cut or too_wide):
+        return []
+    parts = [f"the diff has {lines:,} lines; only its start and end are shown"] if cut else []
+    if too_wide:
+        lines_are = f"{too_wide:,} line{'s are' if too_wide > 1 else ' is'}"
+        parts.append(f"{lines_are} too wide to show whole")
+    return [f"  ({'; '.join(parts)}: answer v to see it whole)"]
 
 
 def show_restored(action: str, turn: int, task: str, lines: list[str]) -> None:
@@ -372,18 +620,15 @@ def command_output(lines: int = 5):
         return (f"\033[{seen['drawn'] - 1}F" if seen["drawn"] > 1 else "\r") + "\033[J"
 
     def draw() -> None:
-        try:  # stderr's own width: stdout may be a file
-            columns = os.get_terminal_size(sys.stderr.fileno()).columns
-        except (OSError, ValueError):
-            columns = 80
-        width = max(columns - 9, 20)  # a line never wraps: the lines drawn are counted
+        columns = screen_size()[1]  # stderr's own width: stdout may be a file
+        width = max(columns - 9, 10)  # columns, not characters: a line never wraps
         text = "".join(recent[-512:])[-8192:]
         tail = [line.rsplit("\r", 1)[-1] for line in text.rstrip("\n").split("\n")]
         shown = [f"      | {one_line(line, width)}" for line in tail[-lines:] if line.strip()]
         shown.append(f"      running {seen['second']} s")
         sys.stderr.write(back() + dim + "\n".join(shown) + plain)
         sys.stderr.flush()
-        seen["drawn"] = len(shown)
+        seen["drawn"] = rows_taken_all(shown, columns)  # rows: on a tiny terminal, a wrap
 
     def redraw() -> None:
         while not done.wait(0.1):

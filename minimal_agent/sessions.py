@@ -324,17 +324,21 @@ def format_sessions(
     were left out. The cost is "-" when no reply was priced, and ends with "+" when some were
     and some were not."""
     if not rows:
-        return [f"no saved conversations yet in {folder}"]
+        return [f"no saved conversations yet in {visible(str(folder))}"]
     table = [
-        (
-            row.id,
-            datetime.fromtimestamp(row.changed).strftime("%Y-%m-%d %H:%M"),
-            str(row.turns),
-            format_cost(row.costs, row.unpriced),
-            _short_path(row.workdir) if row.workdir else "-",
-            one_line(f"({row.problem})" if row.problem else row.task or "-", TASK_WIDTH),
+        tuple(map(visible, cells))  # every column: a file's name and a transcript's fields
+        # are anyone's, and may hold escape sequences
+        for cells in (
+            (
+                row.id,
+                datetime.fromtimestamp(row.changed).strftime("%Y-%m-%d %H:%M"),
+                str(row.turns),
+                format_cost(row.costs, row.unpriced),
+                _short_path(row.workdir) if row.workdir else "-",
+                one_line(f"({row.problem})" if row.problem else row.task or "-", TASK_WIDTH),
+            )
+            for row in rows
         )
-        for row in rows
     ]
     header = ("ID", "last change", "turns", "cost", "workdir", "first task")
     widths = [max(len(line[i]) for line in [header, *table]) for i in range(5)]
@@ -349,7 +353,7 @@ def format_sessions(
 
     lines = [line(header), *map(line, table)]
     if hidden:
-        lines.append(f"... and {hidden} older (all are in {folder})")
+        lines.append(f"... and {hidden} older (all are in {visible(str(folder))})")
     lines.append("continue one with --resume ID (its first characters do, if no other ID has them)")
     return lines
 

@@ -39,7 +39,8 @@ def test_each_write_shows_its_diff_and_asks(workdir):
         child.expect_exact("Write it? [y/N/a] ")
         child.sendline("y")
         child.expect_exact("write long.txt: new file, 100 lines")
-        child.expect_exact("more lines of the diff")
+        child.expect_exact("lines of the diff left out")  # its start and its end are shown
+        child.expect_exact("+line 99")
         child.expect_exact("Write it? [y/N/a] ")
         child.sendline("a")
         child.expect_exact("Done.")
