@@ -80,7 +80,8 @@ class Workspace:
 
 
 def read_file(ws: Workspace, path: str) -> str:
-    """Return a text file's contents (UTF-8; undecodable bytes become U+FFFD)."""
+    """Return a text file's contents (one not in UTF-8: decoded, with a note; a binary file:
+    its size and type)."""
     file = ws.path(path)
     if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder, not a file")
@@ -119,7 +120,7 @@ TOOLS = [
         "type": "function",
         "function": {
             "name": "read_file",
-            "description": "Read a UTF-8 text file in the workdir.",
+            "description": "Read a text file in the workdir.",
             "parameters": {
                 "type": "object",
                 "properties": {
