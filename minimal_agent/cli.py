@@ -12,7 +12,7 @@ import sys
 
 from minimal_agent import changes, completions, cost, display, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
-from minimal_agent.errors import AgentError, describe_api_error
+from minimal_agent.errors import AgentError, UsageError, describe_api_error
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
@@ -56,7 +56,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
             return take_back(args, config)
-        check_paths(args)
+        check_paths(args, parser.get_default("workdir"))
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
         if args.replay:
@@ -73,6 +73,8 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         display.say(f"{source}; workdir {args.workdir}{sandboxed}")
         session = open_session(agent, args, config, model, pass_env)
         task = " ".join(args.task).strip() or (args.replay and client.task())
+        # The installed command alone on a terminal opens a session; the lesson runs its demo.
+        args.chat = args.chat or (installed and not task and sys.stdin.isatty())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
         result = (agent.chat if args.chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
@@ -82,8 +84,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         return stopped(session, args, 130)
     except AgentError as error:
         display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
-        budget = type(error).__name__ == "BudgetReached"
-        return stopped(session, args, EXIT_CODES["budget"] if budget else 1)
+        return stopped(session, args, error_exit_code(error))
     except OSError as error:
         display.say(f"error: {error}")
         return stopped(session, args, 1)
@@ -108,6 +109,13 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     return EXIT_CODES[result["stop_reason"]]
 
 
+def error_exit_code(error: AgentError) -> int:
+    """The exit code of a run an AgentError ended: the budget's, a usage error's 2, else 1."""
+    if type(error).__name__ == "BudgetReached":
+        return EXIT_CODES["budget"]
+    return 2 if isinstance(error, UsageError) else 1
+
+
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
     config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
@@ -117,7 +125,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
         "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task. Every conversation is saved, so it can "
+        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every conversation is saved, so it can "
         "be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
         f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
@@ -379,12 +387,21 @@ def looks_like_a_file(word: str) -> bool:
     return os.path.isfile(word) or (word.endswith(".jsonl") and len(word.split()) == 1)
 
 
-def check_paths(args: argparse.Namespace) -> None:
-    """Refuse a --workdir or --save that cannot work, naming the option, before any request."""
+def check_paths(args: argparse.Namespace, default_workdir: str) -> None:
+    """Refuse a --workdir or --save that cannot work, naming the option, before any request.
+    A --workdir that does not exist is a mistyped one (exit 2); only the default is made."""
     workdir, save = args.workdir, args.save
     if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise AgentError(
-            f"--workdir {workdir} is a file, not a folder: give a folder (a missing one is created)"
+        raise AgentError(f"--workdir {workdir} is a file, not a folder: give a folder")
+    if not os.path.exists(workdir) and workdir != default_workdir:
+        nearest = os.path.abspath(workdir)
+        while not os.path.exists(nearest):
+            nearest = os.path.dirname(nearest)
+        if not os.path.isdir(nearest):
+            raise AgentError(f"--workdir {workdir}: cannot create the folder: {nearest} is a file")
+        raise UsageError(
+            f"--workdir {workdir} does not exist (the nearest folder that does is {nearest}): "
+            "check the name, or create the folder first"
         )
     try:
         os.makedirs(workdir, exist_ok=True)
