@@ -205,8 +205,11 @@ class Recorder:
     times: only an open step is closed). One walk of the workdir ends a step and begins the
     next, so a turn of n steps walks it n + 1 times."""
 
-    def __init__(self, workdir: str, folder: str | os.PathLike, skip: list[str] = ()) -> None:
+    def __init__(
+        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None
+    ) -> None:
         self.root = os.path.realpath(workdir)
+        self.on_change = on_change  # on_change(path, "created" | "changed" | "deleted"), or None
         self.folder = Path(folder)
         self.skip = {os.path.realpath(path) for path in [*skip, self.folder]}
         self.history = History.read(self.folder)
@@ -277,6 +280,11 @@ class Recorder:
             self.write({"event": "turn", "turn": self.turn, "task": self.task})
             self.history.tasks[self.turn] = self.task
         self.write({"event": "changes", "turn": self.turn, "changes": changed})
+        for path, before, after in changed:
+            kind = "deleted" if after is None else "created" if before is None else "changed"
+            folder = (after or before)["type"] == "dir"
+            if self.on_change and not folder:  # a folder's own mtime and mode are no news
+                self.on_change(path, kind)
         for path, before, _ in changed:  # what --undo would need and does not have
             if before and before.get("hash", "") is None and path not in self.not_kept:
                 self.not_kept.add(path)

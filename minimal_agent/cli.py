@@ -10,7 +10,7 @@ import functools
 import os
 import sys
 
-from minimal_agent import changes, completions, cost, display, models, processes, sessions
+from minimal_agent import changes, completions, cost, display, events, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, UsageError, describe_api_error
 from minimal_agent.replay import ReplayClient
@@ -44,8 +44,29 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     if args.show:
         return until_the_reader_stops(show_transcript, args.show)
-    agent, model_client = lesson, lesson.model_client
     processes.exit_on_termination()
+    # What happens, told to the readers --json and --json-events ask for (on stdout).
+    stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
+    code = 1
+    try:
+        with events.answers_on_stderr(args.json or args.json_events):
+            code = run_session(lesson, parser, args, installed, stream, outcome)
+    except SystemExit as end:  # a usage error, or a termination signal's handler
+        code = end.code if isinstance(end.code, int) else 1
+        outcome.error = outcome.error or parser.mistake
+        raise
+    finally:
+        stream.emit("end", **events.end_record(outcome, code))
+    return code
+
+
+def run_session(
+    lesson, parser, args: argparse.Namespace, installed: bool, stream: events.Events,
+    outcome: events.Outcome,
+) -> int:  # fmt: skip
+    """The run main() starts, from the settings to the exit code; outcome keeps its session
+    and result, and stream gets its events, the errors' lines among them."""
+    agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
     try:
@@ -71,25 +92,25 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             processes.check_sandbox(args.workdir)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
         display.say(f"{source}; workdir {args.workdir}{sandboxed}")
-        session = open_session(agent, args, config, model, pass_env)
+        session = outcome.session = open_session(agent, args, config, model, pass_env, stream)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
         args.chat = args.chat or (installed and not task and sys.stdin.isatty())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
-        result = (agent.chat if args.chat else agent.run)(
+        result = outcome.result = (agent.chat if args.chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
         )
     except KeyboardInterrupt:
         display.say("interrupted")
         return stopped(session, args, 130)
     except AgentError as error:
-        display.say(str(error) if str(error).startswith("stopped:") else f"error: {error}")
+        failed(stream, str(error))
         return stopped(session, args, error_exit_code(error))
     except OSError as error:
-        display.say(f"error: {error}")
+        failed(stream, str(error))
         return stopped(session, args, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
-        display.say(f"error: {missing_package(error)}")
+        failed(stream, missing_package(error))
         return 1
     except Exception as error:
         if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
@@ -99,14 +120,21 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         context["sent"] = session.limits if session else {}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
+            stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
             return report_bug(save)
-        display.say(f"error: {message}")
+        failed(stream, message)
         return stopped(session, args, 1)
     finally:
         if session:
             session.close()
     say_where_saved(session, args)
     return EXIT_CODES[result["stop_reason"]]
+
+
+def failed(stream: events.Events, message: str) -> None:
+    """An error's one line on stderr ("stopped: ..." as it is), and for the events' readers."""
+    display.say(message if message.startswith("stopped:") else f"error: {message}")
+    stream.emit("error", error=message)
 
 
 def error_exit_code(error: AgentError) -> int:
@@ -119,14 +147,14 @@ def error_exit_code(error: AgentError) -> int:
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
     config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
         formatter_class=HelpFormatter,
         description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
         "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every conversation is saved, so it can "
-        "be resumed (-c, -r, --sessions).",
+        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
+        "conversation is saved, so it can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
         f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
@@ -244,6 +272,18 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="take the model's replies from a saved transcript (offline; not saved)",
     )
     add("--raw", action="store_true", help="print every raw response on stderr")
+    add(
+        "--json",
+        action="store_true",
+        help="for scripts: print one JSON object on stdout when the run ends, however it ends "
+        "(status, answer, tokens, cost, files changed; docs/json.md); all else goes to stderr",
+    )
+    add(
+        "--json-events",
+        action="store_true",
+        help="for scripts: print one JSON object a line on stdout as the run goes (turns, "
+        "replies, tool calls and results, file changes, the end record; docs/json.md)",
+    )
     add("--show", metavar="FILE", help="print a saved transcript as a timeline")
     add(
         "--undo",
@@ -258,6 +298,16 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="with --undo or --redo: overwrite files changed since (they are kept)",
     )
     return parser  # fmt: skip
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, keeping its last usage error's words for the --json record."""
+
+    mistake: str | None = None
+
+    def error(self, message: str):
+        self.mistake = message
+        super().error(message)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -347,6 +397,10 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd
         )
     if args.force and not taking_back:
         parser.error("--force goes with --undo or --redo")
+    if args.json and args.json_events:
+        parser.error("--json and --json-events both print on stdout: give one of them")
+    if (args.json or args.json_events) and taking_back:
+        parser.error(f"{taking_back} starts no run: drop --json and --json-events")
     if args.task and not " ".join(args.task).strip():
         parser.error("the task is only spaces: give it in words, or pipe it on stdin")
 
@@ -425,11 +479,13 @@ def check_paths(args: argparse.Namespace, default_workdir: str) -> None:
 
 
 def open_session(
-    agent, args: argparse.Namespace, config: dict, model: str, pass_env: frozenset[str]
-) -> Session:
+    agent, args: argparse.Namespace, config: dict, model: str, pass_env: frozenset[str],
+    stream: events.Events | None = None,
+) -> Session:  # fmt: skip
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
-    agent is the lesson's module (see main()); pass_env, what commands get anyway."""
+    agent is the lesson's module (see main()); pass_env, what commands get anyway; stream,
+    where the session's events go."""
     try:
         prices = cost.prices_for(model, config)
     except cost.PriceError as error:
@@ -470,6 +526,7 @@ def open_session(
         describe=functools.partial(
             describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
         ),
+        events=stream,
     )
 
 

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from minimal_agent import changes, completions, cost, diffs, display, files, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
+from minimal_agent.events import Events
 from minimal_agent.replies import CUT_OFF, without_thinking
 from minimal_agent.transcripts import (
     Conversation,
@@ -37,7 +39,8 @@ class Session:
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
-    for a failed request (errors.describe_api_error with the settings), or None.
+    for a failed request (errors.describe_api_error with the settings), or None. events
+    (minimal_agent.events.Events) gets what happens, for the readers subscribed to it.
     """
 
     def __init__(
@@ -57,16 +60,20 @@ class Session:
         max_cost: float | None = None,
         window=None,
         describe=None,
+        events: Events | None = None,
     ) -> None:
         self.workspace = workspace
+        self.events = events or Events()
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
         # What each turn changes in the workdir, kept beside the transcript for --undo.
         self.changes = None
         if save:
-            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
-        self.messages = Conversation(history or [], self.transcript)
+            self.changes = changes.Recorder(
+                workspace.folder, sessions.changes_folder(save), [save], self.file_changed
+            )
+        self.messages = Conversation(history or [], self.transcript, self.appended)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.
         self.system_message = None if history else self.with_agents_file()
@@ -110,7 +117,18 @@ class Session:
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         self.in_turn = True
+        self.events.emit("turn", turn=self.turn_number(), task=task)
         return messages
+
+    def turn_number(self) -> int:
+        """The number of the current turn in this session (cut-short ones count)."""
+        return self.turns + self.cancelled + self.failed + 1
+
+    def appended(self, message: dict) -> None:
+        self.events.emit("message", message=message)
+
+    def file_changed(self, path: str, change: str) -> None:
+        self.events.emit("file_change", path=path, change=change)
 
     def with_agents_file(self) -> str:
         """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it. It is
@@ -150,16 +168,30 @@ class Session:
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
             try:
-                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+                resp = self.exchange(client, sent, request, step, show)
             except Exception as error:  # a full context: compacted and sent again, once
                 if not self.compacted_after_overflow(client, request, messages, error):
                     raise
                 sent = self.window.view(messages)
-                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+                resp = self.exchange(client, sent, request, step, show)
         self.note_reply(resp, sent)
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
             self.changes.step_begins([call.function.name for call in calls])
+        return resp
+
+    def exchange(self, client, sent: list[dict], request: dict, step: int | None, show=None):
+        """completions.ask, the one place a request goes out: the request as sent and the
+        response as received told to the events' readers."""
+        self.events.emit("request", step=step, body={**request, "messages": sent})
+        started = time.monotonic()
+        resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+        body = resp.model_dump(warnings=False) if hasattr(resp, "model_dump") else resp
+        seconds = time.monotonic() - started
+        streamed = show is not None
+        self.events.emit(
+            "response", step=step, body=body, seconds=seconds, streamed=streamed, chunks=None
+        )
         return resp
 
     def end_step(self) -> None:
@@ -239,9 +271,7 @@ class Session:
             display.say("context: asking the model to summarize the earlier conversation")
             summary_request = {"model": request["model"], "max_tokens": max_tokens}
             try:
-                resp = completions.ask(
-                    client, summary_messages, summary_request, self.quirks, display.say
-                )
+                resp = self.exchange(client, summary_messages, summary_request, None)
             except Exception as error:  # the summary is a nicety: never the end of the run
                 display.say(f"context: no summary ({display.one_line(error, 160)})")
                 return None
@@ -281,7 +311,7 @@ class Session:
         if reason in CUT_OFF:
             warning = f"warning: the reply was cut off (finish_reason {reason})"
             display.say(f"{warning}; it may be incomplete")
-        counts = self.add_up(resp)
+        counts = self.add_up(resp, self.turn["steps"] + 1)
         self.turn["steps"] += 1
         self.total["steps"] += 1
         if self.window:
@@ -292,9 +322,9 @@ class Session:
                 ws = self.workspace
                 ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
-    def add_up(self, resp) -> dict:
-        """A reply's tokens and cost, added to the turn's and the session's totals and kept in
-        the transcript; returns its token counts."""
+    def add_up(self, resp, step: int | None = None) -> dict:
+        """A reply's tokens and cost (of step; None: a summary's), added to the turn's and the
+        session's totals and kept in the transcript; returns its token counts."""
         counts = cost.token_counts(resp.usage)
         known = cost.usage_known(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and known else None
@@ -306,12 +336,24 @@ class Session:
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
+        message = resp.choices[0].message if resp.choices else None
+        self.events.emit(
+            "reply",
+            step=step,
+            finish_reason=resp.choices[0].finish_reason if resp.choices else None,
+            content=message and message.content,
+            tool_calls=len(message and message.tool_calls or []),
+            usage=counts,
+            cost=spent,
+            currency=currency,
+        )
         return counts
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
         self.end_step()
         self.count_tool_calls()
+        self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
         display.say(self.counts(self.turn))
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
@@ -367,6 +409,7 @@ class Session:
             raise error
         self.end_step()  # what the turn's tools changed so far can be undone
         self.count_tool_calls()
+        self.events.emit("turn_end", turn=self.turn_number(), status="error", error=said)
         self.failed += 1
         display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
@@ -376,6 +419,7 @@ class Session:
         self.count_tool_calls()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
+        self.events.emit("turn_end", turn=self.turn_number(), status="interrupted", error=None)
         self.cancelled += 1
         display.say("interrupted: the turn was cancelled; type the next message, or Enter to end")
 
