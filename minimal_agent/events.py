@@ -179,9 +179,9 @@ def for_options(json_result: bool, json_lines: bool, out: TextIO) -> tuple[Event
     --json or --json-events asks for writing to out."""
     events, outcome = Events(), Outcome()
     events.subscribe(outcome)
-    if json_result:
+    if json_result:  # with both (a usage error), --json's one object
         events.subscribe(JsonResult(out))
-    if json_lines:
+    elif json_lines:
         events.subscribe(JsonLines(out))
     return events, outcome
 
