@@ -13,6 +13,7 @@ import sys
 from minimal_agent import changes, completions, cost, display, events, models, processes, sessions
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, UsageError, describe_api_error
+from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
@@ -502,6 +503,7 @@ def open_session(
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(sessions_folder(config))
     max_tokens = args.max_tokens or max_tokens_setting(config)
+    typed = None if args.no_save else sessions.history_file(sessions_folder(config))
     server = None if args.replay else config
     window = context_window(config, model, max_tokens, server, agent.TOOLS)
     if compaction:
@@ -527,6 +529,7 @@ def open_session(
             describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
         ),
         events=stream,
+        prompt=Prompt(typed, config["api_key"]),  # --no-save: no history of typed lines
     )
 
 

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 
 from minimal_agent import changes, completions, cost, diffs, display, files, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
+from minimal_agent.prompt import Prompt
 from minimal_agent.replies import CUT_OFF, without_thinking
 from minimal_agent.transcripts import (
     Conversation,
@@ -40,7 +42,8 @@ class Session:
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
     for a failed request (errors.describe_api_error with the settings), or None. events
-    (minimal_agent.events.Events) gets what happens, for the readers subscribed to it.
+    (minimal_agent.events.Events) gets what happens, for the readers subscribed to it;
+    prompt (minimal_agent.prompt.Prompt) reads --chat's messages.
     """
 
     def __init__(
@@ -61,9 +64,11 @@ class Session:
         window=None,
         describe=None,
         events: Events | None = None,
+        prompt: Prompt | None = None,
     ) -> None:
         self.workspace = workspace
         self.events = events or Events()
+        self.prompt = prompt or Prompt()  # where --chat's messages are typed
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
@@ -200,9 +205,9 @@ class Session:
             self.changes.step_ends()
 
     def command(self, message: str, client, model: str) -> bool:
-        """--chat's commands: /compact, /undo, /redo (each may end with --force), /diff, and
-        /think on|off and /effort low|high|max (from the next turn on); False for a message
-        that is none of them, to be sent."""
+        """--chat's commands: /compact, /undo, /redo (each may end with --force), /diff,
+        /think on|off and /effort low|high|max (from the next turn on), and /help; any other
+        "/word" is answered with the list, never sent. False for a message to be sent."""
         name, *rest = message.split() or [""]
         if name == "/compact" and not rest:
             self.compact_now(client, model)
@@ -223,6 +228,12 @@ class Session:
         elif name in ("/think", "/effort"):
             takes = "on or off" if name == "/think" else ", ".join(completions.EFFORTS)
             display.say(f"{name} takes {takes}; nothing was sent")
+        elif name == "/help" and not rest:
+            show_commands("the commands (at the '> ' prompt):")
+        elif name in COMMANDS:
+            show_commands(f"{name} takes no {' '.join(rest)!r}; nothing was sent. The commands:")
+        elif re.fullmatch(r"/[A-Za-z][\w-]*", name):  # a typo of a command, not a /path
+            show_commands(f"{name} is not a command, so nothing was sent. The commands:")
         else:
             return False
         return True
@@ -441,6 +452,24 @@ class Session:
             self.changes.close()
         if self.transcript:
             self.transcript.close()
+
+
+COMMANDS = {  # --chat's commands, as /help lists them
+    "/help": "this list",
+    "/compact": "compact the conversation now",
+    "/diff": "show what the last turn changed",
+    "/undo": "take the last turn's changes back (--force: over files changed since)",
+    "/redo": "put back what /undo took away (--force as for /undo)",
+    "/think": "on|off: DeepSeek's thinking, from the next message on",
+    "/effort": "low|high|max: how hard DeepSeek thinks, from the next message on",
+    "/exit": "end the session (so do /quit, an empty line and Ctrl-D)",
+}
+
+
+def show_commands(heading: str) -> None:
+    display.say(heading)
+    for name, what in COMMANDS.items():
+        display.say(f"  {name:9} {what}")
 
 
 def new_totals() -> dict:
