@@ -99,7 +99,8 @@ def read_with_paste() -> str:
     """A line typed after "> " without readline. The terminal is asked to mark a paste; the
     lines between its markers are one message, sent by the Enter after it. Where no markers
     come (the Windows console), lines that arrived together are taken as one paste."""
-    sys.stderr.write(PASTE_ON + "> ")
+    marks = sys.platform != "win32"  # an old Windows console would print the request as text
+    sys.stderr.write((PASTE_ON if marks else "") + "> ")
     sys.stderr.flush()
     try:
         text = sys.stdin.readline()
@@ -110,8 +111,9 @@ def read_with_paste() -> str:
             while text.endswith("\n") and more_waiting():
                 text += sys.stdin.readline()
     finally:
-        sys.stderr.write(PASTE_OFF)
-        sys.stderr.flush()
+        if marks:
+            sys.stderr.write(PASTE_OFF)
+            sys.stderr.flush()
     return text.replace(PASTE_START, "").replace(PASTE_END, "")
 
 
