@@ -79,6 +79,28 @@ def test_the_up_arrow_recalls_a_line_of_an_earlier_session_but_never_one_with_th
 
 
 @on_a_terminal
+def test_the_left_arrow_and_ctrl_r_edit_and_find_lines(workdir, tmp_path):
+    """The old prompt printed ^[[D for the Left arrow; Ctrl-R found nothing."""
+    with StubServer([reply("one"), reply("two")]) as server:
+        child = chat(server, workdir, tmp_path / "sessions")
+        child.send("wrld" + "\033[D" * 3 + "o\r")  # three to the left, and the missing o
+        child.expect_exact("one")
+        child.expect_exact("> ")
+        for _ in range(5):  # sent before readline took the terminal, the terminal eats Ctrl-R
+            child.send("\x12")  # Ctrl-R: search back
+            if child.expect_exact(["(reverse-i-search)", pexpect.TIMEOUT], timeout=1) == 0:
+                break
+        child.send("wor")
+        child.expect_exact("ld")  # "world" found, its "wor" highlighted
+        child.send("\r")
+        child.expect_exact("two")
+        child.expect_exact("> ")
+        child.sendeof()
+        assert finish(child) == 0
+    assert users(server.requests[-1]) == ["world", "world"]
+
+
+@on_a_terminal
 @pytest.mark.parametrize("readline", [True, False], ids=["readline", "without-readline"])
 def test_help_and_unknown_words_are_answered_locally_and_exit_ends(workdir, tmp_path, readline):
     """The old prompt sent /help, /undoo and /exit to the model, and paid for each."""
