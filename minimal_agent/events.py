@@ -7,15 +7,18 @@ says what it says where it happens.)
 The events, each a kind and its fields:
 
     turn         turn (its number in this session), task
-    request      step, body: the request exactly as it is sent (model, the messages after any
-                 compaction, tools, every parameter)
-    response     step, body: the reply as received (a dict), seconds, streamed, chunks (or None)
+    request      step, body: the request as handed to the SDK (model, the messages as sent,
+                 after any compaction, tools, every parameter; a streamed one also gets
+                 stream and stream_options)
+    response     step, body: the reply as received (a dict), seconds, streamed, chunks (not
+                 counted yet: None)
     reply        step (None for a compaction's summary), finish_reason, content, tool_calls (how
                  many), usage (prompt, cache-hit and completion tokens), cost, currency
     message      message: each one appended to the conversation (the tool calls and results)
     file_change  path, change: "created", "changed" or "deleted" (from the undo record)
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
+    error        error: the one line (said on stderr) of what ended the run
     end          the end record (see end_record)
 """
 

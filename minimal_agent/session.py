@@ -188,7 +188,7 @@ class Session:
     def exchange(self, client, sent: list[dict], request: dict, step: int | None, show=None):
         """completions.ask, the one place a request goes out: the request as sent and the
         response as received told to the events' readers."""
-        self.events.emit("request", step=step, body={**request, "messages": sent})
+        self.events.emit("request", step=step, body={**request, "messages": list(sent)})
         started = time.monotonic()
         resp = completions.ask(client, sent, request, self.quirks, display.say, show)
         body = resp.model_dump(warnings=False) if hasattr(resp, "model_dump") else resp
