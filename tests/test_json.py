@@ -13,9 +13,13 @@ import sys
 import jsonschema
 import pytest
 from conftest import ROOT, clean_env, run_agent, run_in_process, stub_env, wait_for
-from fake_model import reply, tool_call
+from fake_model import FakeClient, reply, tool_call
 from referencing import Registry, Resource
 from stub_server import Fail, StubServer
+
+import agent
+from minimal_agent.events import Events
+from minimal_agent.session import Session
 
 RESULT = json.loads((ROOT / "docs" / "json-result.schema.json").read_text())
 EVENTS = json.loads((ROOT / "docs" / "json-events.schema.json").read_text())
@@ -181,3 +185,23 @@ def test_a_piped_chat_gives_one_record_for_the_session(workdir):
     record = the_result(proc)
     assert proc.returncode == 0 and record["turns"] == 2 and record["answer"] == "two"
     assert record["files"] == {"created": [], "changed": [], "deleted": []}
+
+
+def test_a_reader_of_the_stream_gets_each_request_as_sent_and_each_response_as_received(workdir):
+    """What the wire's recorder needs from the same stream the JSON modes read."""
+    seen: list[tuple[str, dict]] = []
+    stream = Events()
+    stream.subscribe(lambda kind, fields: seen.append((kind, fields)))
+    client = FakeClient(reply(None, tool_call("read_file", {"path": "x"}, "c1")), reply("ok"))
+    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir), events=stream)
+    agent.run("go", client, model="m", session=session)
+    kinds = [kind for kind, _ in seen]
+    assert kinds[:2] == ["message", "message"]  # the system prompt, then the task
+    assert kinds[2:] == ["turn", "request", "response", "reply", "message", "message",
+                         "request", "response", "reply", "message", "turn_end"]  # fmt: skip
+    requests = [fields for kind, fields in seen if kind == "request"]
+    # The same model, tools, parameters and messages as the client got.
+    assert [request["body"] for request in requests] == client.requests
+    response = next(fields for kind, fields in seen if kind == "response")
+    assert response["body"]["choices"][0]["message"]["tool_calls"][0]["id"] == "c1"
+    assert response["streamed"] is False and response["seconds"] >= 0
