@@ -85,7 +85,8 @@ class Workspace:
 
 
 def read_file(ws: Workspace, path: str) -> str:
-    """Return a text file's contents (UTF-8; undecodable bytes become U+FFFD)."""
+    """Return a text file's contents (one not in UTF-8: decoded, with a note; a binary file:
+    its size and type)."""
     file = ws.path(path)
     if os.path.isdir(file):
         raise IsADirectoryError(f"{path} is a folder, not a file")
@@ -124,7 +125,7 @@ TOOLS = [
         "type": "function",
         "function": {
             "name": "read_file",
-            "description": "Read a UTF-8 text file in the workdir.",
+            "description": "Read a text file in the workdir.",
             "parameters": {
                 "type": "object",
                 "properties": {
@@ -249,10 +250,11 @@ def chat(
     session: Session | None = None,
     **options,
 ) -> dict:
-    """--chat: run() for each message, in one conversation, until an empty message.
+    """--chat: run() for each message, in one conversation, until an empty message (or /exit).
 
     Each turn has its own step budget and totals line. "/compact", "/undo", "/redo", "/diff",
-    "/think on|off" and "/effort low|high|max" are done by the session instead of being sent.
+    "/think on|off", "/effort low|high|max" and "/help" are done by the session instead of
+    being sent, and so is any other "/word" (it is answered with the list of commands).
     Ctrl-C during a turn cancels that turn only (run_shell has killed its command by then), and
     a failed request ends its turn only (one line says why); Ctrl-C at the prompt ends the
     session. Returns the last finished turn's result, with the session's totals.
@@ -262,7 +264,7 @@ def chat(
     session = session or new_session(options)
     result = {"text": None, "stop_reason": "finished"}  # what a session of no turns returns
     display.chat_hint()
-    message = task or display.next_message()
+    message = task or session.prompt.next_message()  # typed after "> ", or stdin's next line
     while message:
         if not session.command(message, client, model):  # /compact, /undo, /think, ...
             try:
@@ -271,7 +273,7 @@ def chat(
                 session.cancel_turn()
             except Exception as error:  # a refused or failed request ends the turn, not the chat
                 session.fail_turn(error)
-        message = display.next_message()
+        message = session.prompt.next_message()
     return session.end(result)
 
 

@@ -476,10 +476,13 @@ class Recorder:
     step_ends when the turn ends (any number of times: only an open step is closed). One walk
     of the workdir ends a step and begins the next."""
 
-    def __init__(self, workdir: str, folder: str | os.PathLike, skip: list[str] = ()) -> None:
+    def __init__(
+        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None
+    ) -> None:
         import threading  # here: --help must not import it (minimal_agent/__init__.py)
 
         self.root = os.path.realpath(workdir)
+        self.on_change = on_change  # on_change(path, "created" | "changed" | "deleted"), or None
         self.folder = Path(folder)
         self.skip = {os.path.realpath(path) for path in [*skip, self.folder]}
         self.history = History.read(self.folder)
@@ -497,6 +500,7 @@ class Recorder:
         self.thread = threading.Thread
         self.failure: BaseException | None = None
         self.notes: list[str] = []  # what a walk ahead has to say, said when it is joined
+        self.news: list[tuple[str, str]] = []  # (path, change) for on_change, told when joined
         self.not_kept: set[str] = set()
         self.said_full = False
 
@@ -567,6 +571,9 @@ class Recorder:
         for note in self.notes:
             display.say(note)
         self.notes.clear()
+        for path, change in self.news:  # told here, in the session's thread, in order
+            self.on_change(path, change)
+        self.news.clear()
         failure, self.failure = self.failure, None
         if failure is not None:
             raise failure
@@ -631,6 +638,10 @@ class Recorder:
                         "workdir": self.root})  # fmt: skip
             self.history.tasks[self.turn] = self.task
         self.write({"event": "changes", "turn": self.turn, "changes": lines})
+        for path, before, after in lines:
+            kind = "deleted" if after is None else "created" if before is None else "changed"
+            if self.on_change and (after or before)["type"] != "dir":  # a folder's mode: no news
+                self.news.append((path, kind))
         for path, before, _ in lines:  # what --undo would need and does not have
             if before and before.get("hash", "") is None and path not in self.not_kept:
                 self.not_kept.add(path)

@@ -10,9 +10,20 @@ import functools
 import os
 import sys
 
-from minimal_agent import changes, completions, cost, display, files, models, processes, sessions
+from minimal_agent import (
+    changes,
+    completions,
+    cost,
+    display,
+    events,
+    files,
+    models,
+    processes,
+    sessions,
+)
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
-from minimal_agent.errors import AgentError, describe_api_error, without_key
+from minimal_agent.errors import AgentError, UsageError, describe_api_error, without_key
+from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
@@ -42,12 +53,33 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
-    workdir_given = args.workdir is not None
+    args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
     args.workdir = args.workdir or default_workdir(lesson, installed)
     if args.show:
         return until_the_reader_stops(show_transcript, args.show)
-    agent, model_client = lesson, lesson.model_client
     processes.exit_on_termination()
+    # What happens, told to the readers --json and --json-events ask for (on stdout).
+    stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
+    code = 1
+    try:
+        with events.answers_on_stderr(args.json or args.json_events):
+            code = run_session(lesson, parser, args, installed, stream, outcome)
+    except SystemExit as end:  # a usage error, or a termination signal's handler
+        code = end.code if isinstance(end.code, int) else 1
+        outcome.error = outcome.error or parser.mistake
+        raise
+    finally:
+        stream.emit("end", **events.end_record(outcome, code))
+    return code
+
+
+def run_session(
+    lesson, parser, args: argparse.Namespace, installed: bool, stream: events.Events,
+    outcome: events.Outcome,
+) -> int:  # fmt: skip
+    """The run main() starts, from the settings to the exit code; outcome keeps its session
+    and result, and stream gets its events, the errors' lines among them."""
+    agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
     try:
@@ -58,7 +90,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
             return take_back(args, config)
-        moved = resumed_workdir(args, config, workdir_given)
+        moved = resumed_workdir(args, config, args.workdir_given)
         check_paths(args)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
@@ -75,30 +107,32 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         if args.sandbox:
             processes.check_sandbox(args.workdir, limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
-        own = " (the conversation's own)" if args.transcript and not workdir_given else ""
+        own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
         display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
         if moved:
             display.say(moved)
         say_private_inside(args.workdir, private)
-        session = open_session(agent, args, config, model, pass_env, private, limits)
+        session = outcome.session = open_session(
+            agent, args, config, model, pass_env, private, limits, stream
+        )
         task = " ".join(args.task).strip() or (args.replay and client.task())
+        # The installed command alone on a terminal opens a session; the lesson runs its demo.
+        args.chat = args.chat or (installed and not task and sys.stdin.isatty())
         task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
-        result = (agent.chat if args.chat else agent.run)(
+        result = outcome.result = (agent.chat if args.chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
         )
     except KeyboardInterrupt:
         display.say("interrupted")
         return stopped(session, args, 130)
     except AgentError as error:  # it may quote what the server sent: never with the key
-        said = without_key(str(error), config.get("api_key"))
-        display.say(said if said.startswith("stopped:") else f"error: {said}")
-        budget = type(error).__name__ == "BudgetReached"
-        return stopped(session, args, EXIT_CODES["budget"] if budget else 1)
+        failed(stream, without_key(str(error), config.get("api_key")))
+        return stopped(session, args, error_exit_code(error))
     except OSError as error:
-        display.say(f"error: {without_key(str(error), config.get('api_key'))}")
+        failed(stream, without_key(str(error), config.get("api_key")))
         return stopped(session, args, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
-        display.say(f"error: {missing_package(error)}")
+        failed(stream, missing_package(error))
         return 1
     except Exception as error:
         if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
@@ -108,8 +142,9 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         context["sent"] = session.limits if session else {}
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
+            stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
             return report_bug(save, config.get("api_key"))
-        display.say(f"error: {message}")
+        failed(stream, message)
         return stopped(session, args, 1)
     finally:
         if session:
@@ -118,17 +153,30 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     return EXIT_CODES[result["stop_reason"]]
 
 
+def failed(stream: events.Events, message: str) -> None:
+    """An error's one line on stderr ("stopped: ..." as it is), and for the events' readers."""
+    display.say(message if message.startswith("stopped:") else f"error: {message}")
+    stream.emit("error", error=message)
+
+
+def error_exit_code(error: AgentError) -> int:
+    """The exit code of a run an AgentError ended: the budget's, a usage error's 2, else 1."""
+    if type(error).__name__ == "BudgetReached":
+        return EXIT_CODES["budget"]
+    return 2 if isinstance(error, UsageError) else 1
+
+
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
     config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
         formatter_class=HelpFormatter,
         description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
         "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task. Every conversation is saved, so it can "
-        "be resumed (-c, -r, --sessions).",
+        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
+        "conversation is saved, so it can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
         f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
@@ -246,6 +294,18 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="take the model's replies from a saved transcript (offline; not saved)",
     )
     add("--raw", action="store_true", help="print every raw response on stderr")
+    add(
+        "--json",
+        action="store_true",
+        help="for scripts: print one JSON object on stdout when the run ends, however it ends "
+        "(status, answer, tokens, cost, files changed; docs/json.md); all else goes to stderr",
+    )
+    add(
+        "--json-events",
+        action="store_true",
+        help="for scripts: print one JSON object a line on stdout as the run goes (turns, "
+        "replies, tool calls and results, file changes, the end record; docs/json.md)",
+    )
     add("--show", metavar="FILE", help="print a saved transcript as a timeline")
     add(
         "--undo",
@@ -260,6 +320,16 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="with --undo or --redo: overwrite files changed since (they are kept)",
     )
     return parser  # fmt: skip
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser, keeping its last usage error's words for the --json record."""
+
+    mistake: str | None = None
+
+    def error(self, message: str):
+        self.mistake = message
+        super().error(message)
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -349,6 +419,10 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd
         )
     if args.force and not taking_back:
         parser.error("--force goes with --undo or --redo")
+    if args.json and args.json_events:
+        parser.error("--json and --json-events both print on stdout: give one of them")
+    if (args.json or args.json_events) and taking_back:
+        parser.error(f"{taking_back} starts no run: drop --json and --json-events")
     if args.task and not " ".join(args.task).strip():
         parser.error("the task is only spaces: give it in words, or pipe it on stdin")
 
@@ -427,11 +501,20 @@ def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str 
 
 
 def check_paths(args: argparse.Namespace) -> None:
-    """Refuse a --workdir or --save that cannot work, naming the option, before any request."""
+    """Refuse a --workdir or --save that cannot work, naming the option, before any request.
+    A --workdir given that does not exist is a mistyped one (exit 2); only a default is made."""
     workdir, save = args.workdir, args.save
     if os.path.exists(workdir) and not os.path.isdir(workdir):
-        raise AgentError(
-            f"--workdir {workdir} is a file, not a folder: give a folder (a missing one is created)"
+        raise AgentError(f"--workdir {workdir} is a file, not a folder: give a folder")
+    if not os.path.exists(workdir) and args.workdir_given:
+        nearest = os.path.abspath(workdir)
+        while not os.path.exists(nearest):
+            nearest = os.path.dirname(nearest)
+        if not os.path.isdir(nearest):
+            raise AgentError(f"--workdir {workdir}: cannot create the folder: {nearest} is a file")
+        raise UsageError(
+            f"--workdir {workdir} does not exist (the nearest folder that does is {nearest}): "
+            "check the name, or create the folder first"
         )
     try:
         os.makedirs(workdir, exist_ok=True)
@@ -462,11 +545,13 @@ def open_session(
     pass_env: frozenset[str],
     private: list[str],
     limits: dict,
+    stream: events.Events | None = None,
 ) -> Session:
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
     agent is the lesson's module (see main()); pass_env, what commands get anyway; private,
-    the user's own paths out of the tools' reach; limits, the sandbox's."""
+    the user's own paths out of the tools' reach; limits, the sandbox's; stream, where the
+    session's events go."""
     try:
         prices = cost.prices_for(model, config)
     except cost.PriceError as error:
@@ -484,6 +569,7 @@ def open_session(
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(sessions_folder(config))
     max_tokens = args.max_tokens or max_tokens_setting(config)
+    typed = None if args.no_save else sessions.history_file(sessions_folder(config))
     server = None if args.replay else config
     window = context_window(config, model, max_tokens, server, agent.TOOLS)
     if compaction:
@@ -509,6 +595,8 @@ def open_session(
         describe=functools.partial(
             describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
         ),
+        events=stream,
+        prompt=Prompt(typed, config["api_key"]),  # --no-save: no history of typed lines
     )
 
 

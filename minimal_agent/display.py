@@ -1,5 +1,5 @@
 """The terminal display: step lines, the waiting counter, streamed thinking and text, the final
-answer, the approval prompt and the --chat prompt.
+answer, the approval prompt and the --chat hint (minimal_agent/prompt.py reads the messages).
 
 Everything but the final answer goes to stderr, so stdout stays clean for pipes.
 """
@@ -388,20 +388,9 @@ def chat_hint() -> None:
     """How a --chat session goes on and ends, said once at its start on a terminal."""
     if sys.stdin.isatty():
         say(
-            "chat: type a message after each '> ' (/compact shrinks the conversation; /diff, "
-            "/undo and /redo show and take back the last turn's changes; /think on|off and "
-            "/effort low|high|max set DeepSeek's thinking); an empty line or Ctrl-D ends "
-            "the session"
+            "chat: type a message after each '> ' (a pasted block of lines is one message; "
+            "/help lists the commands); /exit, an empty line or Ctrl-D ends the session"
         )
-
-
-def next_message() -> str:
-    """The next --chat message: typed after a "> " prompt on a terminal, else the next line of
-    stdin. An empty line or the end of input gives "", which ends the session."""
-    if sys.stdin.isatty():
-        sys.stderr.write("> ")
-        sys.stderr.flush()
-    return sys.stdin.readline().strip()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,11 @@ class AgentError(Exception):
     """A problem the user can act on (a setting, a file, a reply); the message says what."""
 
 
+class UsageError(AgentError):
+    """A mistake on the command line found after its options were read (a --workdir that does
+    not exist): one line, and exit code 2, as for argparse's own usage errors."""
+
+
 def describe_api_error(
     error: Exception,
     config: dict,

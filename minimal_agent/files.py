@@ -1,11 +1,14 @@
 """What the file tools and every tool result need beyond the lesson: reading only the two ends
-of a large file, writing a file atomically, and capping a result at the model's limit."""
+of a large file, telling the model what a file that is not UTF-8 text is, writing a file
+atomically, and capping a result at the model's limit."""
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 import errno
 import os
+import re
 import stat
 
 
@@ -64,18 +67,105 @@ def joined(head: str, tail: str, omitted: int, unit: str) -> str:
 
 
 def read_capped(folder: str, file: str, limit: int) -> str:
-    """A file's text (UTF-8, undecodable bytes as U+FFFD); of a file larger than limit only its
-    two ends are read, however large it is. file is a real path inside folder (as
-    Workspace.path gives it); see open_regular."""
+    """A file's text for the model; of a file larger than limit only its two ends are read,
+    however large it is. Text that is not UTF-8 is decoded as what it most likely is, after a
+    line that says so; a binary file is named by its size and type instead of its bytes. file
+    is a real path inside folder (as Workspace.path gives it); see open_regular."""
     with open_regular(folder, file) as f:
         size = os.fstat(f.fileno()).st_size
         if size <= limit:  # a byte never decodes to more than one character
-            return f.read().decode("utf-8", "replace")
-        ends = keep(limit)
-        head = f.read(ends).decode("utf-8", "replace")
-        f.seek(-ends, os.SEEK_END)
-        tail = f.read().decode("utf-8", "replace")
-    return joined(head, tail, size - 2 * ends, "bytes")
+            head, tail = f.read(), b""
+        else:
+            ends = keep(limit)
+            head = f.read(ends)
+            f.seek(-ends, os.SEEK_END)
+            tail = f.read()
+    name = os.path.basename(file)
+    if looks_binary(head):
+        return (
+            f"[{name} is a binary file ({size:,} bytes, {binary_type(head, name)}), not text: "
+            "its bytes are not shown; run_shell can inspect it]"
+        )
+    encoding = text_encoding(head, cut=bool(tail))
+    text = head.decode(encoding, "replace")
+    if tail:
+        text = joined(text, tail.decode(encoding, "replace"), size - len(head) - len(tail), "bytes")
+    if encoding in ("utf-8", "ascii"):
+        return text
+    return (
+        f"[{name} is not UTF-8 text: it was decoded as {ENCODING_NAMES[encoding]}; write_file "
+        f"would save it as UTF-8]\n{text}"
+    )
+
+
+def looks_binary(data: bytes) -> bool:
+    """Whether data is the start of a binary file: a NUL byte (as git and grep judge it, but
+    not in UTF-16 text, which begins with its byte order mark), or mostly control bytes."""
+    sample = data[:8192]
+    if sample.startswith(UTF16_MARKS):
+        return False
+    controls = sum(1 for byte in sample if byte < 32 and byte not in TEXT_CONTROLS)
+    return b"\0" in sample or controls > len(sample) // 10
+
+
+def text_encoding(data: bytes, cut: bool = False) -> str:
+    """The encoding data (the start of a text file; cut: it goes on after data) is most likely
+    in: UTF-8 (a character cut in two at the end is no mistake); UTF-16 by its byte order mark;
+    GB18030 where every non-ASCII byte is in a pair of high bytes, as Chinese text is; else
+    Windows' Latin-1 (cp1252), or ISO Latin-1, which decodes any byte."""
+    if data.startswith(b"\xef\xbb\xbf"):
+        return "utf-8-sig"
+    if data.startswith(UTF16_MARKS):
+        return "utf-16"
+    try:
+        codecs.getincrementaldecoder("utf-8")().decode(data, final=not cut)
+        return "utf-8"
+    except UnicodeDecodeError:
+        pass
+    runs = re.findall(rb"[\x80-\xff]+", data[:-1] if cut else data)
+    if all(len(run) % 2 == 0 and min(run) >= 0x81 for run in runs):
+        with contextlib.suppress(UnicodeDecodeError):
+            data.decode("gb18030")
+            return "gb18030"
+    with contextlib.suppress(UnicodeDecodeError):
+        data.decode("cp1252")
+        return "cp1252"
+    return "latin-1"
+
+
+UTF16_MARKS = (b"\xff\xfe", b"\xfe\xff")
+TEXT_CONTROLS = b"\t\n\r\f\b\x1b"  # control bytes that text files hold
+ENCODING_NAMES = {
+    "utf-8-sig": "UTF-8 with a byte order mark",
+    "utf-16": "UTF-16",
+    "gb18030": "GB18030 (GBK, Chinese)",
+    "cp1252": "Windows Latin-1 (cp1252)",
+    "latin-1": "ISO Latin-1",
+}
+BINARY_SIGNATURES = {  # a file's first bytes, and the type they mark
+    b"\x89PNG": "PNG image",
+    b"\xff\xd8\xff": "JPEG image",
+    b"GIF8": "GIF image",
+    b"%PDF": "PDF document",
+    b"PK\x03\x04": "ZIP archive (or a docx, xlsx, jar, wheel)",
+    b"\x1f\x8b": "gzip archive",
+    b"\x7fELF": "ELF executable",
+    b"MZ": "Windows executable",
+    b"SQLite format 3\0": "SQLite database",
+    b"\0asm": "WebAssembly module",
+    b"\xca\xfe\xba\xbe": "Java class file",
+}
+
+
+def binary_type(data: bytes, name: str) -> str:
+    """What a binary file is, by its first bytes, else by its name's extension."""
+    import mimetypes  # here, not at the top, to keep --help's start-up fast
+
+    for signature, kind in BINARY_SIGNATURES.items():
+        if data.startswith(signature):
+            return kind
+    guessed, _ = mimetypes.guess_type(name)
+    return guessed or "type unknown"
 
 
 def open_regular(folder: str, file: str):  # -> a binary file open for reading

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 
 from minimal_agent import changes, completions, cost, diffs, display, files, sessions
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError, without_key
+from minimal_agent.events import Events
+from minimal_agent.prompt import Prompt
 from minimal_agent.replies import CUT_OFF, without_thinking
 from minimal_agent.transcripts import (
     Conversation,
@@ -37,7 +41,9 @@ class Session:
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
-    for a failed request (errors.describe_api_error with the settings), or None.
+    for a failed request (errors.describe_api_error with the settings), or None. events
+    (minimal_agent.events.Events) gets what happens, for the readers subscribed to it;
+    prompt (minimal_agent.prompt.Prompt) reads --chat's messages.
     """
 
     def __init__(
@@ -58,12 +64,16 @@ class Session:
         max_cost: float | None = None,
         window=None,
         describe=None,
+        events: Events | None = None,
+        prompt: Prompt | None = None,
     ) -> None:
         self.workspace = workspace
+        self.events = events or Events()
+        self.prompt = prompt or Prompt()  # where --chat's messages are typed
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
-        self.messages = Conversation(history or [], self.transcript)
+        self.messages = Conversation(history or [], self.transcript, self.appended)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
         self.changes = None
@@ -74,7 +84,9 @@ class Session:
             if sessions_folder:
                 changes.clear_stale(sessions_folder)
             try:
-                self.changes = changes.Recorder(workspace.folder, store, workspace.private)
+                self.changes = changes.Recorder(
+                    workspace.folder, store, workspace.private, self.file_changed
+                )
             except changes.BadStore as error:
                 name = os.path.basename(save).removesuffix(sessions.SUFFIX)
                 raise changes.BadStore(
@@ -133,7 +145,18 @@ class Session:
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         self.in_turn = True
+        self.events.emit("turn", turn=self.turn_number(), task=task)
         return messages
+
+    def turn_number(self) -> int:
+        """The number of the current turn in this session (cut-short ones count)."""
+        return self.turns + self.cancelled + self.failed + 1
+
+    def appended(self, message: dict) -> None:
+        self.events.emit("message", message=message)
+
+    def file_changed(self, path: str, change: str) -> None:
+        self.events.emit("file_change", path=path, change=change)
 
     def with_agents_file(self) -> str:
         """The system prompt, and the workdir's AGENTS.md (its first 32 KiB) after it. It is
@@ -175,16 +198,30 @@ class Session:
             self.changes.walk_ahead()
         with display.waiting(step, self.stream) as show:
             try:
-                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+                resp = self.exchange(client, sent, request, step, show)
             except Exception as error:  # a full context: compacted and sent again, once
                 if not self.compacted_after_overflow(client, request, messages, error):
                     raise
                 sent = self.window.view(messages)
-                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+                resp = self.exchange(client, sent, request, step, show)
         self.note_reply(resp, sent, getattr(client, "api_key", None))
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
             self.changes.step_begins([call.function.name for call in calls])
+        return resp
+
+    def exchange(self, client, sent: list[dict], request: dict, step: int | None, show=None):
+        """completions.ask, the one place a request goes out: the request as sent and the
+        response as received told to the events' readers."""
+        self.events.emit("request", step=step, body={**request, "messages": list(sent)})
+        started = time.monotonic()
+        resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+        body = resp.model_dump(warnings=False) if hasattr(resp, "model_dump") else resp
+        seconds = time.monotonic() - started
+        streamed = show is not None
+        self.events.emit(
+            "response", step=step, body=body, seconds=seconds, streamed=streamed, chunks=None
+        )
         return resp
 
     def end_step(self) -> None:
@@ -193,9 +230,9 @@ class Session:
             self.changes.step_ends()
 
     def command(self, message: str, client, model: str) -> bool:
-        """--chat's commands: /compact, /undo, /redo (each may end with --force), /diff, and
-        /think on|off and /effort low|high|max (from the next turn on); False for a message
-        that is none of them, to be sent."""
+        """--chat's commands: /compact, /undo, /redo (each may end with --force), /diff,
+        /think on|off and /effort low|high|max (from the next turn on), and /help; any other
+        "/word" is answered with the list, never sent. False for a message to be sent."""
         name, *rest = message.split() or [""]
         if name == "/compact" and not rest:
             self.compact_now(client, model)
@@ -223,6 +260,12 @@ class Session:
         elif name in ("/think", "/effort"):
             takes = "on or off" if name == "/think" else ", ".join(completions.EFFORTS)
             display.say(f"{name} takes {takes}; nothing was sent")
+        elif name == "/help" and not rest:
+            show_commands("the commands (at the '> ' prompt):")
+        elif name in COMMANDS:
+            show_commands(f"{name} takes no {' '.join(rest)!r}; nothing was sent. The commands:")
+        elif re.fullmatch(r"/[A-Za-z][\w-]*", name):  # a typo of a command, not a /path
+            show_commands(f"{name} is not a command, so nothing was sent. The commands:")
         else:
             return False
         return True
@@ -271,9 +314,7 @@ class Session:
             display.say("context: asking the model to summarize the earlier conversation")
             summary_request = {"model": request["model"], "max_tokens": max_tokens}
             try:
-                resp = completions.ask(
-                    client, summary_messages, summary_request, self.quirks, display.say
-                )
+                resp = self.exchange(client, summary_messages, summary_request, None)
             except Exception as error:  # the summary is a nicety: never the end of the run
                 said = without_key(str(error), getattr(client, "api_key", None))
                 display.say(f"context: no summary ({display.one_line(said, 160)})")
@@ -317,7 +358,7 @@ class Session:
         if reason in CUT_OFF:
             warning = f"warning: the reply was cut off (finish_reason {reason})"
             display.say(f"{warning}; it may be incomplete")
-        counts = self.add_up(resp)
+        counts = self.add_up(resp, self.turn["steps"] + 1)
         self.turn["steps"] += 1
         self.total["steps"] += 1
         if self.window:
@@ -328,9 +369,9 @@ class Session:
                 ws = self.workspace
                 ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
-    def add_up(self, resp) -> dict:
-        """A reply's tokens and cost, added to the turn's and the session's totals and kept in
-        the transcript; returns its token counts."""
+    def add_up(self, resp, step: int | None = None) -> dict:
+        """A reply's tokens and cost (of step; None: a summary's), added to the turn's and the
+        session's totals and kept in the transcript; returns its token counts."""
         counts = cost.token_counts(resp.usage)
         known = cost.usage_known(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and known else None
@@ -342,12 +383,24 @@ class Session:
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
+        message = resp.choices[0].message if resp.choices else None
+        self.events.emit(
+            "reply",
+            step=step,
+            finish_reason=resp.choices[0].finish_reason if resp.choices else None,
+            content=message and message.content,
+            tool_calls=len(message and message.tool_calls or []),
+            usage=counts,
+            cost=spent,
+            currency=currency,
+        )
         return counts
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
         """The turn's result (see agent.run); its totals line is said."""
         self.end_step()
         self.count_tool_calls()
+        self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
         display.say(self.counts(self.turn))
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
@@ -403,8 +456,9 @@ class Session:
             raise error
         self.end_step()  # what the turn's tools changed so far can be undone
         self.count_tool_calls()
-        self.failed += 1
         said = without_key(said, self.workspace.key)  # it may quote what the server sent
+        self.events.emit("turn_end", turn=self.turn_number(), status="error", error=said)
+        self.failed += 1
         display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
     def cancel_turn(self) -> None:
@@ -413,6 +467,7 @@ class Session:
         self.count_tool_calls()
         for answer in answers_to_open_calls(self.messages, "interrupted by the user (Ctrl-C)"):
             self.messages.append(answer)
+        self.events.emit("turn_end", turn=self.turn_number(), status="interrupted", error=None)
         self.cancelled += 1
         display.say("interrupted: the turn was cancelled; type the next message, or Enter to end")
 
@@ -450,6 +505,24 @@ def own_records(workdir: str, sessions_folder, save, store) -> list[str]:
         if not holds_workdir:
             paths.append(folder)
     return paths
+
+
+COMMANDS = {  # --chat's commands, as /help lists them
+    "/help": "this list",
+    "/compact": "compact the conversation now",
+    "/diff": "show what the last turn changed",
+    "/undo": "take the last turn's changes back (--force: over files changed since)",
+    "/redo": "put back what /undo took away (--force as for /undo)",
+    "/think": "on|off: DeepSeek's thinking, from the next message on",
+    "/effort": "low|high|max: how hard DeepSeek thinks, from the next message on",
+    "/exit": "end the session (so do /quit, an empty line and Ctrl-D)",
+}
+
+
+def show_commands(heading: str) -> None:
+    display.say(heading)
+    for name, what in COMMANDS.items():
+        display.say(f"  {name:9} {what}")
 
 
 def new_totals() -> dict:

@@ -101,6 +101,12 @@ def _home(env: Mapping[str, str]) -> Path:
     return Path(home or os.path.expanduser("~"))
 
 
+def history_file(folder: str | os.PathLike) -> Path:
+    """The --chat prompt's history of typed lines, in the sessions folder (the user's state
+    folder, out of the tools' reach like the transcripts)."""
+    return Path(folder) / "prompt_history"
+
+
 def make_folder(folder: str | os.PathLike) -> Path:
     """Create the sessions folder if it is missing, readable by its owner only (0o700; the
     parents it needs get the usual permissions). An existing folder is left as it is."""

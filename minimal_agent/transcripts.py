@@ -30,17 +30,21 @@ APPEND_ONLY = (
 
 class Conversation(list):
     """The messages of a conversation: a list whose append, extend and += also write each
-    message to the transcript, at once (see Transcript); save() writes an event there. What
+    message to the transcript, at once (see Transcript), and tell appended() of it; save()
+    writes an event there. What
     would change or remove a message already there (insert, item or slice assignment, del,
     pop, remove, clear, sort, reverse, *=) raises TypeError: the history is append-only."""
 
-    def __init__(self, messages=(), transcript: Transcript | None = None) -> None:
+    def __init__(self, messages=(), transcript: Transcript | None = None, appended=None) -> None:
         super().__init__(messages)
         self.transcript = transcript
+        self.appended = appended  # told of each message appended (Session.appended), or None
 
     def append(self, message: dict) -> None:
         super().append(message)
         self.save(message)
+        if self.appended:
+            self.appended(message)
 
     def extend(self, messages) -> None:
         for message in messages:

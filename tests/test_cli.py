@@ -441,6 +441,21 @@ def test_the_default_workdir_is_the_playground_beside_agent_py():
     assert f"workdir {ROOT / 'playground'}" in proc.stderr
 
 
+def test_a_mistyped_workdir_is_refused_in_one_line_naming_the_nearest_folder(tmp_path):
+    """The attack on the old code: --workdir ./sr (meant ./src) made sr/, parents and all, and
+    the run went on there."""
+    (tmp_path / "project" / "src").mkdir(parents=True)
+    mistyped = tmp_path / "project" / "sr" / "deeper"
+    with StubServer([final("never asked")], api_key=KEY) as server:
+        proc = run_in_process("--workdir", str(mistyped), "hi", env=stub_env(server))
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr == (
+        f"error: --workdir {mistyped} does not exist (the nearest folder that does is "
+        f"{tmp_path / 'project'}): check the name, or create the folder first\n"
+    )
+    assert server.requests == [] and not (tmp_path / "project" / "sr").exists()
+
+
 @pytest.mark.parametrize(
     "args", [["--max-steps", "0"], ["--timeout", "-1"], ["--max-steps", "many"], ["--bogus"]]
 )

@@ -11,8 +11,9 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import pexpect
 import pytest
-from conftest import ROOT, clean_env
+from conftest import ROOT, clean_env, finish, on_a_terminal
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
@@ -239,3 +240,34 @@ def test_python_agent_py_keeps_the_lessons_workdir_and_config(project):
     assert proc.returncode == 1
     assert str(ROOT / "config.env") in proc.stderr
     assert "in config.env (copy config.example.env)" in proc.stderr
+
+
+@on_a_terminal
+def test_the_bare_command_on_a_terminal_opens_a_chat_and_asks_for_the_first_message(home, project):
+    """The attack on the old code: `minimal-agent` alone ran the lesson's demo task, a paid
+    request that wrote tool_demo.py into the user's repository."""
+    with StubServer([reply("hello there")], api_key="k") as server:
+        user_config(home, LLM_API_KEY="k", LLM_BASE_URL=server.url)
+        child = pexpect.spawn(
+            COMMAND[0], COMMAND[1:], cwd=str(project), env=command_env(home), encoding="utf-8",
+            timeout=30, dimensions=(40, 200),
+        )  # fmt: skip
+        child.expect_exact("chat: type a message")
+        child.expect_exact("> ")
+        assert server.requests == []  # nothing is asked before the user types
+        child.sendline("hi")
+        child.expect_exact("hello there")
+        child.expect_exact("> ")
+        child.sendeof()
+        child.expect_exact("session: turns 1, ")
+        assert finish(child) == 0
+    assert [m["content"] for m in server.requests[0]["messages"] if m["role"] == "user"] == ["hi"]
+    assert not (project / "tool_demo.py").exists()
+
+
+def test_the_bare_command_with_a_piped_stdin_takes_it_as_the_task(home, project):
+    with StubServer([reply("piped answer")], api_key="k") as server:
+        user_config(home, LLM_API_KEY="k", LLM_BASE_URL=server.url)
+        proc = run_command(cwd=project, env=command_env(home), stdin="the piped task\n")
+    assert proc.returncode == 0 and proc.stdout == "piped answer\n", proc.stderr
+    assert server.requests[0]["messages"][-1]["content"] == "the piped task"

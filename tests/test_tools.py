@@ -136,11 +136,56 @@ def test_write_file_refuses_a_folder(tools):
 # --- read_file -------------------------------------------------------------------------
 
 
-def test_read_file_refuses_folders_and_replaces_bad_bytes(tools):
+def test_read_file_refuses_folders_and_names_the_encoding_of_bytes_that_are_not_utf_8(tools):
     (tools / "dir").mkdir()
     (tools / "bin").write_bytes(b"ok\xff\xfeok")
     assert call("read_file", path="dir") == "Error: IsADirectoryError: dir is a folder, not a file"
-    assert call("read_file", path="bin") == "ok\ufffd\ufffdok"
+    note, text = call("read_file", path="bin").split("\n")
+    assert note.startswith("[bin is not UTF-8 text: it was decoded as Windows Latin-1 (cp1252)")
+    assert text == "ok\xff\xfeok".encode("latin-1").decode("cp1252")
+
+
+@pytest.mark.parametrize(
+    "data, encoding, name",
+    [
+        ("café au lait\n".encode("latin-1"), "cp1252", "Windows Latin-1 (cp1252)"),
+        ("中文注释\n".encode("gbk"), "gb18030", "GB18030 (GBK, Chinese)"),
+        ("naïve\n".encode("utf-16"), "utf-16", "UTF-16"),
+    ],
+)
+def test_read_file_of_another_encoding_gives_its_text_after_one_line_saying_so(
+    tools, data, encoding, name
+):
+    """The model got "caf\ufffd au lait" and no word of why."""
+    (tools / "notes.txt").write_bytes(data)
+    result = call("read_file", path="notes.txt")
+    note, text = result.split("\n", 1)
+    assert note == (
+        f"[notes.txt is not UTF-8 text: it was decoded as {name}; write_file would save it as "
+        "UTF-8]"
+    )
+    assert text == data.decode(encoding) and "\ufffd" not in result
+
+
+def test_read_file_of_a_binary_file_gives_its_size_and_type_not_its_bytes(tools):
+    """The model got 3 KB of replacement characters."""
+    png = b"\x89PNG\r\n\x1a\n" + bytes(range(256)) * 12
+    (tools / "logo.png").write_bytes(png)
+    (tools / "data").write_bytes(os.urandom(3000) + b"\0")
+    assert call("read_file", path="logo.png") == (
+        f"[logo.png is a binary file ({len(png):,} bytes, PNG image), not text: its bytes are "
+        "not shown; run_shell can inspect it]"
+    )
+    assert call("read_file", path="data").startswith(
+        "[data is a binary file (3,001 bytes, type unknown), not text:"
+    )
+
+
+def test_read_file_of_utf_8_text_is_unchanged_also_when_a_character_is_cut_at_the_limit(tools):
+    keep = files.keep(agent.MAX_RESULT_CHARS)
+    (tools / "big.txt").write_text("é" * 100_000, encoding="utf-8")
+    result = call("read_file", path="big.txt")
+    assert not result.startswith("[") and result.startswith("é" * (keep // 2))
 
 
 def test_read_file_returns_only_the_two_ends_of_a_big_file(tools):
@@ -171,23 +216,24 @@ print(json.dumps({"result": result, "cpu": cpu, "grown": after.ru_maxrss - befor
 @pytest.mark.linux("RLIMIT_AS, and ru_maxrss in KiB (bytes on macOS)")
 def test_read_file_of_a_huge_sparse_file_reads_only_its_ends(tools):
     size = 20 * 2**30  # 20 GiB, almost all of it a hole: it takes no disk space
-    with open(tools / "huge.bin", "wb") as f:
-        f.write(b"head")
-        f.seek(size - 4)
-        f.write(b"tail")
-    if os.stat(tools / "huge.bin").st_blocks * 512 > 2**20:
+    keep = files.keep(agent.MAX_RESULT_CHARS)
+    with open(tools / "huge.txt", "wb") as f:  # text at both ends (a hole reads as NUL bytes)
+        f.write(b"h" * keep)
+        f.seek(size - keep)
+        f.write(b"t" * keep)
+    if os.stat(tools / "huge.txt").st_blocks * 512 > 2**20:
         pytest.skip("this file system does not keep holes in files")
-    arguments = json.dumps({"path": "huge.bin"})
+    arguments = json.dumps({"path": "huge.txt"})
     proc = subprocess.run(
         [sys.executable, "-c", MEASURED_READ, str(ROOT), str(tools), arguments],
         capture_output=True, text=True, timeout=100,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     measured = json.loads(proc.stdout)
-    result, keep = measured["result"], files.keep(agent.MAX_RESULT_CHARS)
-    assert result.startswith("head" + "\0" * (keep - 4) + "\n[... "), result[:200]
+    result = measured["result"]
+    assert result.startswith("h" * keep + "\n[... "), result[:200]
     assert f"\n[... {size - 2 * keep} bytes left out ...]\n" in result
-    assert result.endswith("\0" * (keep - 4) + "tail") and len(result) <= agent.MAX_RESULT_CHARS
+    assert result.endswith("\n" + "t" * keep) and len(result) <= agent.MAX_RESULT_CHARS
     # Reading all of it takes a minute of CPU time (the kernel fills the hole with zeros), and
     # keeping it 20 GiB of memory; reading the two ends takes milliseconds and no memory.
     assert measured["cpu"] < 2, measured["cpu"]

@@ -1,0 +1,207 @@
+"""--json and --json-events as a script reads them: real runs (a process, the SDK over HTTP to the
+stub server) that finish, hit the step limit, the budget, an API error, a usage error, and
+Ctrl-C; stdout holds only JSON that docs/*.schema.json accepts, and the exit codes are those
+without the options."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+
+import jsonschema
+import pytest
+from conftest import ROOT, clean_env, run_agent, run_in_process, stub_env, wait_for
+from fake_model import FakeClient, reply, tool_call
+from referencing import Registry, Resource
+from stub_server import Fail, StubServer
+
+import agent
+from minimal_agent.events import Events
+from minimal_agent.session import Session
+
+RESULT = json.loads((ROOT / "docs" / "json-result.schema.json").read_text())
+EVENTS = json.loads((ROOT / "docs" / "json-events.schema.json").read_text())
+REGISTRY = Registry().with_resources(
+    [(schema["$id"], Resource.from_contents(schema)) for schema in (RESULT, EVENTS)]
+)
+
+
+def valid(record: dict, schema: dict = RESULT) -> dict:
+    jsonschema.Draft202012Validator(schema, registry=REGISTRY).validate(record)
+    return record
+
+
+def the_result(proc) -> dict:
+    """stdout is exactly one JSON object, on one line, valid by the schema."""
+    assert proc.stdout.endswith("\n") and proc.stdout.count("\n") == 1, proc.stdout
+    record = valid(json.loads(proc.stdout))
+    assert record["exit_code"] == proc.returncode
+    return record
+
+
+def the_events(stdout: str) -> list[dict]:
+    lines = [valid(json.loads(line), EVENTS) for line in stdout.splitlines()]
+    assert lines and lines[-1]["type"] == "end"
+    assert sum(1 for line in lines if line["type"] == "end") == 1
+    return lines
+
+
+def test_the_schemas_are_json_schema_2020_12():
+    for schema in (RESULT, EVENTS):
+        jsonschema.Draft202012Validator.check_schema(schema)
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+
+
+def test_a_finished_run_gives_the_answer_tokens_cost_and_the_files_it_changed(workdir):
+    (workdir / "old.txt").write_text("old\n")
+    (workdir / "gone.txt").write_text("bye\n")
+    script = [
+        reply(None, tool_call("write_file", {"path": "new.txt", "content": "n"}, "c1"),
+              tool_call("write_file", {"path": "old.txt", "content": "changed"}, "c2")),
+        reply(None, tool_call("run_shell", {"command": "rm gone.txt"}, "c3")),
+        reply("all done"),
+    ]  # fmt: skip
+    with StubServer(script) as server:
+        proc = run_agent("--workdir", str(workdir), "--yes", "--json", "go", env=stub_env(server))
+    assert proc.returncode == 0, proc.stderr
+    record = the_result(proc)
+    assert record["status"] == "finished" and record["answer"] == "all done"
+    assert "all done" in proc.stderr  # the human output is all on stderr
+    assert record["files"] == {"created": ["new.txt"], "changed": ["old.txt"],
+                               "deleted": ["gone.txt"]}  # fmt: skip
+    assert (record["steps"], record["tool_calls"], record["turns"]) == (3, 3, 1)
+    assert record["usage"]["prompt_tokens"] > 0 and record["usage"]["completion_tokens"] == 30
+    assert record["cost"] > 0 and record["currency"] == "USD"
+    assert record["model"] == "deepseek-flash" and record["workdir"] == str(workdir.resolve())
+    assert record["error"] is None
+    assert record["transcript"].endswith(f"{record['session_id']}.jsonl")
+
+
+def test_the_step_limit_budget_cut_off_and_api_error_each_have_their_status(workdir):
+    looping = reply(None, tool_call("read_file", {"path": "x"}, "c1"))
+    cases = [
+        ([looping], ["--max-steps", "1"], 3, "max_steps"),
+        ([looping, reply("never")], ["--max-cost", "0.000001"], 3, "budget"),
+        ([{"role": "assistant", "content": "half", "finish_reason": "length"}], [], 4,
+         "incomplete"),
+        ([Fail(400, "the request is malformed")], [], 1, "error"),
+    ]  # fmt: skip
+    for script, options, code, status in cases:
+        with StubServer(script) as server:
+            proc = run_in_process(
+                "--workdir", str(workdir), "--json", *options, "go", env=stub_env(server)
+            )
+        assert proc.returncode == code, (status, proc.stderr)
+        record = the_result(proc)
+        assert record["status"] == status
+        if status in ("budget", "error"):
+            assert record["error"] and record["error"] in proc.stderr
+        if status == "budget":
+            assert record["error"].startswith("stopped: the budget")
+    assert record["answer"] is None and "the request is malformed" in record["error"]
+
+
+def test_an_error_before_any_conversation_still_gives_one_object(workdir, tmp_path):
+    proc = run_in_process("--workdir", str(workdir), "--json", "go", env=clean_env(LLM_API_KEY=""))
+    record = the_result(proc)
+    assert proc.returncode == 1 and record["status"] == "error"
+    assert "LLM_API_KEY is not set" in record["error"]
+    assert record["session_id"] is None and record["steps"] == 0 and record["files"] is None
+    missing = tmp_path / "no" / "such"
+    proc = run_in_process("--workdir", str(missing), "--json", "go", env=clean_env(LLM_API_KEY="k"))
+    record = the_result(proc)
+    assert proc.returncode == 2 and record["status"] == "usage" and "--workdir" in record["error"]
+    proc = run_in_process("--json", "--json-events", "go", env=clean_env(LLM_API_KEY="k"))
+    record = the_result(proc)
+    assert proc.returncode == 2 and record["status"] == "usage"
+    assert record["error"] == "--json and --json-events both print on stdout: give one of them"
+
+
+def test_json_events_stream_each_step_as_it_happens_and_end_with_the_record(workdir):
+    """Each line is flushed when it happens: the tool call is on stdout while it still runs."""
+    script = [
+        reply(None, tool_call("run_shell", {"command": "sleep 2; echo hi > out.txt"}, "c1")),
+        reply("done"),
+    ]
+    with StubServer(script) as server:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
+             "--json-events", "write out.txt"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stub_env(server),
+        )  # fmt: skip
+        try:
+            early = [json.loads(proc.stdout.readline()) for _ in range(3)]
+            assert proc.poll() is None and not (workdir / "out.txt").exists()
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 0, err
+    lines = [valid(line, EVENTS) for line in early] + the_events(rest)
+    assert [line["type"] for line in lines] == [
+        "turn_start", "reply", "tool_call", "tool_result", "reply", "file_change", "turn_end",
+        "end",
+    ]  # fmt: skip
+    assert lines[0]["task"] == "write out.txt"
+    assert lines[1]["usage"]["completion_tokens"] == 10 and lines[1]["tool_calls"] == 1
+    assert json.loads(lines[2]["arguments"]) == {"command": "sleep 2; echo hi > out.txt"}
+    assert lines[3]["content"].startswith("exit code 0") and lines[3]["error"] is False
+    assert lines[5] | {"version": 1} == {"version": 1, "type": "file_change",
+                                         "path": "out.txt", "change": "created"}  # fmt: skip
+    assert lines[-1]["status"] == "finished" and lines[-1]["answer"] == "done"
+
+
+@pytest.mark.posix("SIGINT to a process")
+@pytest.mark.parametrize("option", ["--json", "--json-events"])
+def test_ctrl_c_gives_the_record_with_status_interrupted_and_exit_130(workdir, option):
+    script = [reply(None, tool_call("run_shell", {"command": "touch started; sleep 60"}, "c1"))]
+    with StubServer(script) as server:
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes", option,
+             "wait"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stub_env(server),
+        )  # fmt: skip
+        try:
+            wait_for(lambda: (workdir / "started").exists())
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    assert proc.returncode == 130, err
+    record = the_events(out)[-1] if option == "--json-events" else valid(json.loads(out))
+    assert record["status"] == "interrupted" and record["exit_code"] == 130
+    assert record["steps"] == 1 and record["tool_calls"] == 1 and record["answer"] is None
+    assert record["files"] == {"created": ["started"], "changed": [], "deleted": []}
+
+
+def test_a_piped_chat_gives_one_record_for_the_session(workdir):
+    script = [reply("one"), reply("two")]
+    with StubServer(script) as server:
+        proc = run_agent(
+            "--workdir", str(workdir), "--chat", "--json", "first", env=stub_env(server),
+            stdin="second\n",
+        )  # fmt: skip
+    record = the_result(proc)
+    assert proc.returncode == 0 and record["turns"] == 2 and record["answer"] == "two"
+    assert record["files"] == {"created": [], "changed": [], "deleted": []}
+
+
+def test_a_reader_of_the_stream_gets_each_request_as_sent_and_each_response_as_received(workdir):
+    """What the wire's recorder needs from the same stream the JSON modes read."""
+    seen: list[tuple[str, dict]] = []
+    stream = Events()
+    stream.subscribe(lambda kind, fields: seen.append((kind, fields)))
+    client = FakeClient(reply(None, tool_call("read_file", {"path": "x"}, "c1")), reply("ok"))
+    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir), events=stream)
+    agent.run("go", client, model="m", session=session)
+    kinds = [kind for kind, _ in seen]
+    assert kinds[:2] == ["message", "message"]  # the system prompt, then the task
+    assert kinds[2:] == ["turn", "request", "response", "reply", "message", "message",
+                         "request", "response", "reply", "message", "turn_end"]  # fmt: skip
+    requests = [fields for kind, fields in seen if kind == "request"]
+    # The same model, tools, parameters and messages as the client got.
+    assert [request["body"] for request in requests] == client.requests
+    response = next(fields for kind, fields in seen if kind == "response")
+    assert response["body"]["choices"][0]["message"]["tool_calls"][0]["id"] == "c1"
+    assert response["streamed"] is False and response["seconds"] >= 0
