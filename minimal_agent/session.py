@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-from minimal_agent import changes, completions, cost, diffs, display, files, sessions
+from minimal_agent import changes, completions, cost, diffs, display, files, sessions, wire
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import CUT_OFF, without_thinking
@@ -66,6 +66,8 @@ class Session:
         self.changes = None
         if save:
             self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
+        # Every request as sent and every response as received, beside them (--show --wire).
+        self.wire = wire.Recorder(sessions.wire_file(save), workspace.key) if save else None
         self.messages = Conversation(history or [], self.transcript)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.
@@ -150,12 +152,16 @@ class Session:
         sent = self.within_window(client, request, messages)
         with display.waiting(step, self.stream) as show:
             try:
-                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+                resp = completions.ask(
+                    client, sent, request, self.quirks, display.say, show, self.wire
+                )
             except Exception as error:  # a full context: compacted and sent again, once
                 if not self.compacted_after_overflow(client, request, messages, error):
                     raise
                 sent = self.window.view(messages)
-                resp = completions.ask(client, sent, request, self.quirks, display.say, show)
+                resp = completions.ask(
+                    client, sent, request, self.quirks, display.say, show, self.wire
+                )
         self.note_reply(resp, sent)
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
@@ -240,7 +246,12 @@ class Session:
             summary_request = {"model": request["model"], "max_tokens": max_tokens}
             try:
                 resp = completions.ask(
-                    client, summary_messages, summary_request, self.quirks, display.say
+                    client,
+                    summary_messages,
+                    summary_request,
+                    self.quirks,
+                    display.say,
+                    wire=self.wire,
                 )
             except Exception as error:  # the summary is a nicety: never the end of the run
                 display.say(f"context: no summary ({display.one_line(error, 160)})")
@@ -395,6 +406,8 @@ class Session:
     def close(self) -> None:
         if self.changes:
             self.changes.close()
+        if self.wire:
+            self.wire.close()
         if self.transcript:
             self.transcript.close()
 

@@ -389,6 +389,14 @@ def changes_folder(transcript: str | os.PathLike) -> Path:
     return path.with_name(path.name.removesuffix(SUFFIX) + ".changes")
 
 
+def wire_file(transcript: str | os.PathLike) -> Path:
+    """Where a conversation's requests and responses are kept (minimal_agent/wire.py): beside
+    its store of changes, wherever that is, named as it is (ID.wire); not a .jsonl file, so
+    the listing and --resume never take it for a conversation."""
+    store = changes_folder(transcript)
+    return store.with_name(store.name.removesuffix(".changes") + ".wire")
+
+
 # --- Finding one again ------------------------------------------------------------------------
 
 
