@@ -10,7 +10,17 @@ import functools
 import os
 import sys
 
-from minimal_agent import changes, completions, cost, display, models, processes, sessions
+from minimal_agent import (
+    changes,
+    completions,
+    cost,
+    display,
+    models,
+    processes,
+    sessions,
+    wire,
+    wire_page,
+)
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, describe_api_error
 from minimal_agent.replay import ReplayClient
@@ -42,8 +52,8 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
-    if args.show:
-        return until_the_reader_stops(show_transcript, args.show)
+    if args.show or args.html:
+        return show_saved(parser, args, lesson.model_client)
     agent, model_client = lesson, lesson.model_client
     processes.exit_on_termination()
     config: dict = {}  # for the error hints, whatever fails first
@@ -236,7 +246,25 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="take the model's replies from a saved transcript (offline; not saved)",
     )
     add("--raw", action="store_true", help="print every raw response on stderr")
-    add("--show", metavar="FILE", help="print a saved transcript as a timeline")
+    add(
+        "--show",
+        metavar="ID_OR_FILE",
+        help="print a saved conversation (an ID from --sessions, or a transcript file) as a "
+        "timeline",
+    )
+    add(
+        "--wire",
+        action="store_true",
+        help="with --show: print each request as sent and each response as received, as JSON "
+        "(see docs/wire.md)",
+    )
+    add(
+        "--html",
+        nargs="+",
+        metavar="ID_OR_FILE [OUT.html]",
+        help="write a saved conversation's requests and responses as one page to click through "
+        "in a browser (default OUT: ID.html in the current folder)",
+    )
     add(
         "--undo",
         action="store_true",
@@ -337,6 +365,8 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd
             f"{taking_back} takes no task and starts no conversation: give it alone "
             "(with -r ID for a conversation other than the workdir's latest)"
         )
+    if args.wire and not args.show:
+        parser.error("--wire goes with --show ID_OR_FILE")
     if args.force and not taking_back:
         parser.error("--force goes with --undo or --redo")
     if args.task and not " ".join(args.task).strip():
@@ -539,6 +569,32 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
     with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
         done = changes.take_back(store, action, args.force, f"--{action} --force")
     return 0 if done else 1
+
+
+def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_client) -> int:
+    """--show ID_OR_FILE (with --wire: its requests and responses) and --html ID_OR_FILE
+    [OUT.html]: the conversation found as -r finds it, shown; exit 1 with one line if it
+    cannot be."""
+    if args.show and args.html:
+        parser.error("--show prints on the terminal and --html writes a page: give one of them")
+    if args.html and len(args.html) > 2:
+        parser.error(
+            "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
+        )
+    try:
+        path = sessions.resolve(
+            args.show or args.html[0], sessions_folder(model_client.load_config())
+        )
+        if args.html:
+            out = args.html[1] if len(args.html) > 1 else None
+            display.say(f"wrote {wire_page.write_page(path, out)}: open it in a browser")
+            return 0
+        if args.wire:
+            return until_the_reader_stops(wire.show_wire, path)
+    except AgentError as error:
+        display.say(f"error: {error}")
+        return 1
+    return until_the_reader_stops(show_transcript, str(path))
 
 
 def yes_setting(config: dict, name: str) -> bool:

@@ -26,8 +26,10 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from minimal_agent import sessions
+from minimal_agent import cost, sessions
+from minimal_agent.display import one_line, visible
 from minimal_agent.errors import AgentError, without_key
+from minimal_agent.transcripts import transcript_lines
 
 BASES = 3  # a request's base is one of the last few: a compaction's summary request, made
 # between two requests of the conversation, does not make the next one start anew
@@ -193,3 +195,198 @@ def rebuilt(entry: dict, recent: dict[int, dict]) -> dict:
         "response": entry.get("response"),
         "error": entry.get("error"),
     }
+
+
+# --- What a learner looks for in it ----------------------------------------------------------
+
+
+def lesson_paths(exchanges: list[dict]) -> dict[int, list[dict]]:
+    """For each exchange's number, the lesson's path of each tool call its response made:
+    index, id, name, arguments (the JSON string), parsed (the dict, or None), problem (why it
+    did not parse), call (the Python call it became) and answer: (the exchange that sent the
+    tool message, its index in that request, the message), or None if none was sent."""
+    answers: dict[str, tuple[int, int, dict]] = {}
+    for exchange in exchanges:
+        offset = exchange["same"]
+        for index, message in enumerate(exchange["new"], offset):
+            call_id = message.get("tool_call_id") if isinstance(message, dict) else None
+            if message.get("role") == "tool" and isinstance(call_id, str):
+                answers.setdefault(call_id, (exchange["number"], index, message))
+    paths = {}
+    for exchange in exchanges:
+        steps = []
+        for index, call in enumerate(tool_calls(exchange["response"])):
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            name = function.get("name")
+            parsed, problem = None, None
+            try:
+                parsed = json.loads(arguments or "{}")
+            except (TypeError, ValueError) as error:
+                problem = f"not valid JSON ({error})"
+            if parsed is not None and not isinstance(parsed, dict):
+                parsed, problem = None, "JSON, but not an object"
+            call_id = call.get("id")
+            steps.append(
+                {"index": index, "id": call_id, "name": name, "arguments": arguments,
+                 "parsed": parsed, "problem": problem, "call": python_call(name, parsed),
+                 "answer": answers.get(call_id) if isinstance(call_id, str) else None}
+            )  # fmt: skip
+        paths[exchange["number"]] = steps
+    return paths
+
+
+def tool_calls(response) -> list[dict]:
+    try:
+        calls = response["choices"][0]["message"].get("tool_calls") or []
+    except (TypeError, KeyError, IndexError, AttributeError):
+        return []
+    return [call for call in calls if isinstance(call, dict)] if isinstance(calls, list) else []
+
+
+def python_call(name, parsed: dict | None, width: int | None = None) -> str:
+    """The call execute_tool_call makes: TOOL_MAP["write_file"](ws, path='a.txt', ...);
+    each value shortened to width characters if given."""
+    if parsed is None:
+        return "(no call: the arguments are not a JSON object; the tool message says so)"
+
+    def shown(value) -> str:
+        text = repr(value)
+        if width and len(text) > width:
+            return f"{text[: width - 3]}...  # {len(text):,} characters"
+        return text
+
+    pairs = "".join(f", {key}={shown(value)}" for key, value in parsed.items())
+    return f"TOOL_MAP[{json.dumps(name, ensure_ascii=False)}](ws{pairs})"
+
+
+def usage_of(exchange: dict, priced: list[dict]) -> dict | None:
+    """The response's token counts and, from the transcript's usage events (priced, taken
+    from the front as they match), its cost and currency; None without a usage."""
+    response = exchange["response"] if isinstance(exchange["response"], dict) else {}
+    usage = response.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    counts = cost.token_counts(usage)
+    created = response.get("created")
+    found = {"cost": None, "currency": None}
+    if priced and all(priced[0].get(key) == value for key, value in counts.items()):
+        if priced[0].get("created") == created:
+            found = priced.pop(0)
+    return {**counts, "cost": found.get("cost"), "currency": found.get("currency")}
+
+
+def usage_events(transcript: str | os.PathLike) -> list[dict]:
+    """The transcript's usage events, in order ([] if it cannot be read)."""
+    try:
+        lines = transcript_lines(transcript, tolerant=True)
+    except (AgentError, OSError):
+        return []
+    return [entry for _, entry in lines if entry.get("event") == "usage"]
+
+
+def usage_line(usage: dict | None) -> str:
+    if usage is None:
+        return "usage: none reported"
+    money = "cost unknown"
+    if usage["cost"] is not None and usage["currency"]:
+        money = f"cost {cost.money(usage['cost'], usage['currency'])}"
+    return (
+        f"usage: prompt tokens {usage['prompt_tokens']:,} (cache hits "
+        f"{usage['cache_hit_tokens']:,}), completion tokens {usage['completion_tokens']:,}, "
+        f"{money}"
+    )
+
+
+def read_record(transcript: str | os.PathLike) -> list[dict]:
+    """A conversation's exchanges; AgentError if it has no record."""
+    record = sessions.wire_file(transcript)
+    if not record.exists():
+        raise AgentError(
+            f"{transcript} has no record of its requests and responses ({record.name} beside "
+            "it): only conversations saved by this version of the agent have one"
+        )
+    return list(exchanges(record))
+
+
+# --- --show ID --wire --------------------------------------------------------------------------
+
+
+def show_wire(transcript: str | os.PathLike) -> int:
+    """--show ID --wire: each request as JSON (what is new since the request it extends; the
+    rest counted), each response as JSON, the lesson's path of each tool call, and each
+    response's tokens and cost; every line escaped for the terminal."""
+    exchanges = read_record(transcript)
+    paths = lesson_paths(exchanges)
+    priced = usage_events(transcript)
+    for exchange in exchanges:
+        for line in exchange_lines(exchange, paths[exchange["number"]], priced):
+            print(visible(line))
+    return 0
+
+
+def exchange_lines(exchange: dict, path: list[dict], priced: list[dict]) -> list[str]:
+    number, base, same = exchange["number"], exchange["base"], exchange["same"]
+    how = f"streamed in {exchange['chunks']} chunks" if exchange["streamed"] else "not streamed"
+    lines = [
+        f">>> request {number}: sent {exchange['started']}, {how}, "
+        f"{exchange['seconds']} s until the response",
+        "{",
+    ]
+    fields = exchange["fields"]
+    if exchange["fields_changed"]:
+        for key, value in fields.items():
+            lines += indented(f"{json.dumps(key)}: {dumps(value)},", 2)
+    else:
+        lines.append(f"  ... {', '.join(fields)}: as in request {base}, not repeated ...")
+    lines.append('  "messages": [')
+    if same:
+        size = len(json.dumps(exchange["body"]["messages"][:same]))
+        lines.append(
+            f"    ... the first {same} messages, as in request {base} ({size:,} bytes of JSON), "
+            "not repeated ..."
+        )
+    for index, message in enumerate(exchange["new"], same + 1):
+        lines.append(f"    // message {index}, new")
+        lines += indented(dumps(message) + ",", 4)
+    lines += ["  ]", "}"]
+    if exchange["error"] is not None:
+        return [*lines, f"<<< no response: {exchange['error']}", ""]
+    lines += [f"<<< response {number}", *dumps(exchange["response"]).split("\n")]
+    for step in path:
+        lines += path_lines(step, len(path))
+    if not path and exchange["fields"].get("tools"):
+        lines.append("  no tool calls: this is the answer, and the loop ends")
+    return [*lines, "  " + usage_line(usage_of(exchange, priced)), ""]
+
+
+def path_lines(step: dict, count: int) -> list[str]:
+    """The lesson's path of one tool call, marked with "  |"."""
+    i = step["index"]
+    parsed = repr(step["parsed"]) if step["problem"] is None else step["problem"]
+    lines = [
+        f"  | tool call {i + 1} of {count} [{step['id']}]:",
+        f"  | resp.choices[0].message.tool_calls[{i}].function.arguments  (a str, JSON text):",
+        f"  |     {json.dumps(step['arguments'], ensure_ascii=False)}",
+        f"  | args = json.loads(arguments)  -> {parsed}",
+        f"  | {python_call(step['name'], step['parsed'], 200)}",
+    ]
+    if step["answer"] is None:
+        return [*lines, "  | -> no tool message was sent for it (the run ended first)"]
+    number, index, message = step["answer"]
+    content = message.get("content")
+    shown = one_line(repr(content), 200) if isinstance(content, str) else dumps(content)
+    return [
+        *lines,
+        f'  | -> messages.append({{"role": "tool", "tool_call_id": '
+        f'{json.dumps(message.get("tool_call_id"))}, "content": {shown}}})',
+        f"  |    (message {index + 1} of request {number})",
+    ]
+
+
+def dumps(value: object) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def indented(text: str, spaces: int) -> list[str]:
+    return [" " * spaces + line for line in text.split("\n")]
