@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_in_process, stub_env
+from conftest import clean_env, run_in_process, stub_env
 from fake_model import FakeClient, completion, reply, tool_call
-from stub_server import Fail, Streamed, StubServer, stream_chunks
+from stub_server import Billed, Fail, Streamed, StubServer, stream_chunks
 from test_long_conversations import Model, agent, compactions, part_files, read, reading
 
 import agent as lesson
@@ -157,3 +157,111 @@ def test_a_record_cut_off_by_a_crash_is_read_and_appended_to(workdir, tmp_path):
     assert exchanges[1]["body"] == as_json(client.requests[0])
     assert exchanges[1]["base"] == 1 and exchanges[1]["same"] == 2  # the system prompt, task
     assert [m["content"] for m in exchanges[1]["new"]] == ["one", "Again"]
+
+
+# --- 2. --show takes IDs and shows commands whole --------------------------------------------
+
+SPACED = "echo 'a    b'"
+LONG = "printf '%s\\n' " + " ".join(f"word{n}" for n in range(60))  # past any shortening
+
+
+def shell_run(tmp_path: Path) -> Path:
+    """A saved conversation (abc234 in a sessions folder of its own) with two commands."""
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    calls = [tool_call("run_shell", {"command": SPACED}, "c1"),
+             tool_call("run_shell", {"command": LONG}, "c2")]  # fmt: skip
+    messages = [
+        {"role": "user", "content": "run them"},
+        reply(None, *calls),
+        {"role": "tool", "tool_call_id": "c1", "content": "exit code 0\na    b\n"},
+        {"role": "tool", "tool_call_id": "c2", "content": "exit code 0\n"},
+        reply("Done."),
+    ]
+    path = folder / "abc234.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return path
+
+
+def test_show_takes_the_ids_sessions_prints_and_shows_commands_whole(tmp_path):
+    path = shell_run(tmp_path)
+    env = clean_env(LLM_SESSIONS_DIR=str(path.parent))
+    by_id = run_in_process("--show", "abc", env=env)  # the ID's first characters, as -r takes
+    assert by_id.returncode == 0, by_id.stderr
+    assert by_id.stdout == run_in_process("--show", str(path), env=env).stdout
+    calls = [line for line in by_id.stdout.splitlines() if " calls " in line]
+    assert calls == [
+        f"  2 assistant calls run_shell(command={SPACED!r}) [c1]",
+        f"  2 assistant calls run_shell(command={LONG!r}) [c2]",
+    ]
+    unknown = run_in_process("--show", "zzz", env=env)
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
+    assert "--sessions lists" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+# --- 3. --show ID --wire -----------------------------------------------------------------------
+
+HOSTILE = "\x1b]0;pwned\x07\x1b[2J<script>alert(1)</script> \u202eevil"
+
+
+def priced_run(workdir: Path, tmp_path: Path, *script, stream: bool = False) -> Path:
+    """A conversation against the stub with DeepSeek's prices (Billed: known token counts),
+    saved to tmp_path/run.jsonl."""
+    save = tmp_path / "run.jsonl"
+    with StubServer(list(script), api_key=KEY) as stub:
+        done = run_in_process(
+            "--workdir", str(workdir), "--stream" if stream else "--no-stream", "--yes",
+            "--save", str(save), "Write a.txt, then run a command.", env=stub_env(stub),
+        )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return save
+
+
+def writing_script() -> list:
+    write = tool_call("write_file", {"path": "a.txt", "content": "hi\n"}, "call_w1")
+    run = tool_call("run_shell", {"command": SPACED}, "call_r2")
+    return [
+        Billed(reply(None, write, reasoning="Write it."), T_OFF_PEAK, hit=0, miss=1000,
+               completion=20),
+        Billed(reply(None, run, reasoning="Run it."), T_OFF_PEAK, hit=900, miss=200,
+               completion=20),
+        Billed(reply(HOSTILE, reasoning="Done."), T_OFF_PEAK, hit=1000, miss=300, completion=10),
+    ]  # fmt: skip
+
+
+T_OFF_PEAK = 1_790_000_000 + 6 * 3600  # a time stamp; the price of its hour is the one used
+
+
+def test_show_wire_prints_each_request_and_response_with_the_lessons_path(workdir, tmp_path):
+    save = priced_run(workdir, tmp_path, *writing_script())
+    shown = run_in_process("--show", str(save), "--wire", env=clean_env())
+    assert shown.returncode == 0, shown.stderr
+    out = shown.stdout
+    assert out.count(">>> request ") == 3 and out.count("<<< response ") == 3
+    # What is new is printed, the rest counted: the system prompt and the tools once.
+    assert out.count(lesson.SYSTEM_PROMPT[:60]) == 1
+    assert out.count('"description": "Read a UTF-8 text file in the workdir."') == 1
+    assert "... model, tools: as in request 1, not repeated ..." in out
+    assert "... the first 2 messages, as in request 1 (" in out
+    # The lesson's path: the arguments string, the dict, the call, the tool message.
+    assert '  |     "{\\"path\\": \\"a.txt\\", \\"content\\": \\"hi\\\\n\\"}"' in out.splitlines()
+    assert "  | args = json.loads(arguments)  -> {'path': 'a.txt', 'content': 'hi\\n'}" in out
+    assert "  | TOOL_MAP[\"write_file\"](ws, path='a.txt', content='hi\\n')" in out
+    assert '"tool_call_id": "call_w1", "content": \'Wrote 3 characters' in out
+    assert f'  | TOOL_MAP["run_shell"](ws, command={SPACED!r})' in out  # its spaces kept
+    # Each response's tokens, cache hits and cost (the transcript's priced usage).
+    usages = [line for line in out.splitlines() if line.startswith("  usage: ")]
+    assert usages[1].startswith("  usage: prompt tokens 1,100 (cache hits 900), completion ")
+    assert all(", cost $0.0" in line for line in usages), usages
+    # The model's text, escaped for the terminal: no escape sequence, no bidi override.
+    assert "\x1b" not in out and "\u202e" not in out and "\x07" not in out
+    assert "\\u001b]0;pwned" in out and "\\u202eevil" in out
+
+
+def test_show_wire_of_a_conversation_without_a_record_is_one_line(tmp_path):
+    path = shell_run(tmp_path)
+    shown = run_in_process("--show", str(path), "--wire", env=clean_env())
+    assert shown.returncode == 1 and shown.stdout == ""
+    assert shown.stderr.count("\n") == 1 and "no record of its requests" in shown.stderr
+    alone = run_in_process("--wire", env=clean_env())
+    assert alone.returncode == 2 and "--wire goes with --show" in alone.stderr
