@@ -212,8 +212,8 @@ def compaction_note(exchange: dict, point: dict) -> str:
     return (
         f'<div class="compaction"><b>The context was compacted here</b>: {e(kind)}{tokens}. '
         f'Messages {same + 1}&ndash;{before} of <a href="#x{previous["number"]}">request '
-        f"{previous['number']}</a> are not sent from here on; the {len(exchange['new'])} "
-        f"messages marked new below stand for them. They were: {replaced}</div>"
+        f"{previous['number']}</a> are not sent from here on: the messages marked new below "
+        f"are sent in their place. They were: {replaced}</div>"
     )
 
 
@@ -310,7 +310,19 @@ def response_part(exchange: dict, path: list[dict]) -> str:
         return f'<h3>Response</h3><p class="error">No response: {e(exchange["error"])}</p>'
     shown = tree(exchange["response"], "response", {step["index"] for step in path}, top=True)
     steps = "".join(call_part(exchange["number"], step, len(path)) for step in path)
+    if not path and exchange["fields"].get("tools"):
+        steps = (
+            f"<p>The answer (no tool calls: the loop ends):</p><pre>{e(answer_of(exchange))}</pre>"
+        )
     return f"<h3>Response</h3>{shown}{steps}"
+
+
+def answer_of(exchange: dict) -> str:
+    try:
+        content = exchange["response"]["choices"][0]["message"]["content"]
+    except (TypeError, KeyError, IndexError):
+        content = None
+    return content if isinstance(content, str) else json.dumps(content)
 
 
 def call_part(number: int, step: dict, count: int) -> str:

@@ -5,15 +5,26 @@ for byte once parsed); --show ID --wire on the terminal; --show with IDs and who
 from __future__ import annotations
 
 import json
+import re
+import stat
+from html.parser import HTMLParser
 from pathlib import Path
 
 from conftest import clean_env, run_in_process, stub_env
 from fake_model import FakeClient, completion, reply, tool_call
 from stub_server import Billed, Fail, Streamed, StubServer, stream_chunks
-from test_long_conversations import Model, agent, compactions, part_files, read, reading
+from test_long_conversations import (
+    SUMMARY,
+    Model,
+    agent,
+    compactions,
+    part_files,
+    read,
+    reading,
+)
 
 import agent as lesson
-from minimal_agent import sessions, wire
+from minimal_agent import sessions, wire, wire_page
 from minimal_agent.session import Session
 
 KEY = "sk-wire-test-0123456789abcdef"
@@ -265,3 +276,110 @@ def test_show_wire_of_a_conversation_without_a_record_is_one_line(tmp_path):
     assert shown.stderr.count("\n") == 1 and "no record of its requests" in shown.stderr
     alone = run_in_process("--wire", env=clean_env())
     assert alone.returncode == 2 and "--wire goes with --show" in alone.stderr
+
+
+# --- 4. The page ---------------------------------------------------------------------------------
+
+EVIL_FILE = (
+    '</textarea></pre></details><script>alert(2)</script><a href="javascript:alert(3)">click</a>'
+    '<div class="call" id="c1-0">a fake call</div><section class="exchange" id="x9">fake</section>'
+)
+EVIL_ID = 'x"><script>alert(1)</script>'
+EVIL_ANSWER = '<a href="javascript:alert(5)">x</a></pre><script>alert(6)</script><img src=x>'
+
+
+def hostile_page(workdir: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A page made from a scripted run where the model and a file write hostile text."""
+    (workdir / "evil.html").write_text(EVIL_FILE)
+    client = FakeClient(
+        reply(None, tool_call("read_file", {"path": "evil.html"}, EVIL_ID), reasoning="</summary>"),
+        reply(None, tool_call("<img src=x onerror=alert(4)>", "not json <b>", "call_2")),
+        reply(EVIL_ANSWER, reasoning="<style>body { display: none }</style>"),
+    )
+    save = tmp_path / "evil.jsonl"
+    lesson.run("Read evil.html <script>alert(7)</script>", client, model="deepseek-flash",
+               workspace=lesson.Workspace(workdir), save=save)  # fmt: skip
+    out = tmp_path / "page.html"
+    assert wire_page.write_page(save, out) == str(out)
+    return out, out.read_text(encoding="utf-8")
+
+
+class Parsed(HTMLParser):
+    """A page's tags, attributes and text, as a browser's parser reads them."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def test_the_page_shows_hostile_text_and_nothing_in_it_acts(workdir, tmp_path):
+    _, page = hostile_page(workdir, tmp_path)
+    parsed = Parsed(page)
+    names = [tag for tag, _ in parsed.tags]
+    assert names.count("style") == 1 and names.count("meta") == 3
+    assert not {"script", "img", "textarea", "iframe", "link", "base", "form"} & set(names)
+    attributes = [name for _, attrs in parsed.tags for name in attrs]
+    assert not [name for name in attributes if name.startswith("on") or name == "src"]
+    ids = [attrs["id"] for _, attrs in parsed.tags if "id" in attrs]
+    assert len(ids) == len(set(ids))  # the lookalike markup added none
+    hrefs = [attrs["href"] for tag, attrs in parsed.tags if tag == "a"]
+    assert hrefs and all(href.startswith("#") and href[1:] in ids for href in hrefs)
+    assert [a["class"] for t, a in parsed.tags if t == "section"] == ["exchange"] * 3
+    assert len([a for t, a in parsed.tags if a.get("class") == "call"]) == 2
+    policy = [a["content"] for t, a in parsed.tags if a.get("http-equiv")]
+    assert policy == [wire_page.POLICY] and "default-src 'none'" in policy[0]
+    text = "".join(parsed.text)
+    for hostile in (EVIL_FILE, EVIL_ANSWER, "<style>body { display: none }</style>",
+                    "alert(7)", "<img src=x onerror=alert(4)>"):  # fmt: skip
+        assert hostile in text  # shown as text, whole
+    assert json.dumps(EVIL_ID) in text
+    assert "The answer (no tool calls: the loop ends)" in text
+
+
+def test_the_page_marks_the_compaction_and_what_the_summary_replaced(workdir, tmp_path):
+    names = part_files(workdir, 10, 6_000)
+    save = tmp_path / "run.jsonl"
+    model = Model(reading(names), "llamacpp")
+    with StubServer(model.script(), server="llamacpp", window=4_096,
+                    compactions_allowed=True) as stub:  # fmt: skip
+        done = agent(stub, workdir, "--save", str(save), "Read every part.")
+    assert done.returncode == 0, done.stderr
+    page = Path(wire_page.write_page(save, tmp_path / "p.html")).read_text()
+    text = "".join(Parsed(page).text)
+    assert text.count("The context was compacted here") == len(compactions(save)) >= 1
+    kinds = {record["kind"] for record in compactions(save)}
+    assert kinds == {"summary", "tool results"}
+    assert "earlier turns replaced by the model's summary" in text
+    assert "old tool results replaced by short notes" in text
+    assert re.search(r"Messages \d+–\d+ of request \d+ are not sent from here on", text)
+    assert SUMMARY in text
+    assert "side request (summary)" in text  # on the timeline
+
+
+def test_html_writes_the_page_of_an_id_and_never_over_a_file_of_the_users(tmp_path, workdir):
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    lesson.run("Hi", FakeClient(reply("Hello.")), model="m", workspace=lesson.Workspace(workdir),
+               save=folder / "xyz789.jsonl")  # fmt: skip
+    env = clean_env(LLM_SESSIONS_DIR=str(folder))
+    out = tmp_path / "page.html"
+    done = run_in_process("--html", "xyz", str(out), env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == f"wrote {out}: open it in a browser\n"
+    assert "Hello." in out.read_text() and stat.S_IMODE(out.stat().st_mode) == 0o600
+    again = run_in_process("--html", "xyz", str(out), env=env)  # its own page: written anew
+    assert again.returncode == 0, again.stderr
+    mine = tmp_path / "mine.html"
+    mine.write_text("<p>my notes</p>")
+    refused = run_in_process("--html", "xyz", str(mine), env=env)
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "is no page the agent wrote" in refused.stderr
+    assert mine.read_text() == "<p>my notes</p>"
