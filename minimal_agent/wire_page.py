@@ -314,7 +314,7 @@ def response_part(exchange: dict, path: list[dict]) -> str:
         steps = (
             f"<p>The answer (no tool calls: the loop ends):</p><pre>{e(answer_of(exchange))}</pre>"
         )
-    return f"<h3>Response</h3>{shown}{steps}"
+    return f'<h3>Response</h3><div class="response">{shown}</div>{steps}'
 
 
 def answer_of(exchange: dict) -> str:

@@ -292,7 +292,16 @@ def hostile_page(workdir: Path, tmp_path: Path) -> tuple[Path, str]:
     """A page made from a scripted run where the model and a file write hostile text."""
     (workdir / "evil.html").write_text(EVIL_FILE)
     client = FakeClient(
-        reply(None, tool_call("read_file", {"path": "evil.html"}, EVIL_ID), reasoning="</summary>"),
+        completion(
+            reply(None, tool_call("read_file", {"path": "evil.html"}, EVIL_ID), reasoning="</a>"),
+            usage={
+                "prompt_tokens": 900,
+                "completion_tokens": 30,
+                "total_tokens": 930,
+                "prompt_cache_hit_tokens": 0,
+                "prompt_cache_miss_tokens": 900,
+            },
+        ),  # fmt: skip
         reply(None, tool_call("<img src=x onerror=alert(4)>", "not json <b>", "call_2")),
         reply(EVIL_ANSWER, reasoning="<style>body { display: none }</style>"),
     )
