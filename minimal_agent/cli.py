@@ -261,7 +261,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     add(
         "--html",
         nargs="+",
-        metavar="ID_OR_FILE [OUT.html]",
+        metavar=("ID_OR_FILE", "OUT.html"),
         help="write a saved conversation's requests and responses as one page to click through "
         "in a browser (default OUT: ID.html in the current folder)",
     )

@@ -194,20 +194,24 @@ def shell_run(tmp_path: Path) -> Path:
     return path
 
 
-def test_show_takes_the_ids_sessions_prints_and_shows_commands_whole(tmp_path):
+def test_show_takes_the_ids_sessions_prints(tmp_path):
     path = shell_run(tmp_path)
     env = clean_env(LLM_SESSIONS_DIR=str(path.parent))
     by_id = run_in_process("--show", "abc", env=env)  # the ID's first characters, as -r takes
     assert by_id.returncode == 0, by_id.stderr
     assert by_id.stdout == run_in_process("--show", str(path), env=env).stdout
-    calls = [line for line in by_id.stdout.splitlines() if " calls " in line]
+    unknown = run_in_process("--show", "zzz", env=env)
+    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
+    assert "--sessions lists" in unknown.stderr and "Traceback" not in unknown.stderr
+
+
+def test_show_shows_commands_whole_spaces_and_all(tmp_path):
+    shown = run_in_process("--show", str(shell_run(tmp_path)), env=clean_env())
+    calls = [line for line in shown.stdout.splitlines() if " calls " in line]
     assert calls == [
         f"  2 assistant calls run_shell(command={SPACED!r}) [c1]",
         f"  2 assistant calls run_shell(command={LONG!r}) [c2]",
     ]
-    unknown = run_in_process("--show", "zzz", env=env)
-    assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
-    assert "--sessions lists" in unknown.stderr and "Traceback" not in unknown.stderr
 
 
 # --- 3. --show ID --wire -----------------------------------------------------------------------
