@@ -173,23 +173,32 @@ def exchanges(path: str | os.PathLike) -> Iterator[dict]:
         yield exchange
 
 
+def count(value: object) -> int | None:
+    """value if it is a whole number (not a bool) of at least 0, else None."""
+    return value if type(value) is int and value >= 0 else None
+
+
 def rebuilt(entry: dict, recent: dict[int, dict]) -> dict:
     """An exchange as exchanges() gives it, its request rebuilt on one of recent's."""
     request = entry["request"]
     base = recent[request["base"]] if request["base"] is not None else None
-    same, new = request["same"], request["messages"]
+    number, same, new = entry["exchange"], request["same"], request["messages"]
     fields = request["fields"] if "fields" in request else base["fields"]
+    if not (count(number) and count(same) is not None and isinstance(new, list)
+            and isinstance(fields, dict)):  # fmt: skip
+        raise TypeError("not an exchange")  # (an edited record: its numbers name page parts)
+    seconds, chunks = entry.get("seconds"), entry.get("chunks")
     return {
-        "number": entry["exchange"],
-        "started": entry.get("started"),
-        "seconds": entry.get("seconds"),
-        "streamed": entry.get("streamed"),
-        "chunks": entry.get("chunks"),
+        "number": number,
+        "started": entry.get("started") if isinstance(entry.get("started"), str) else None,
+        "seconds": seconds if isinstance(seconds, float) or count(seconds) is not None else None,
+        "streamed": entry.get("streamed") is True,
+        "chunks": count(chunks),
         "body": {"messages": (base["body"]["messages"][:same] if base else []) + new, **fields},
         "base": request["base"],
         "same": same,
         "new": new,
-        "origins": (base["origins"][:same] if base else []) + [entry["exchange"]] * len(new),
+        "origins": (base["origins"][:same] if base else []) + [number] * len(new),
         "fields": fields,
         "fields_changed": "fields" in request,
         "response": entry.get("response"),
@@ -204,36 +213,42 @@ def lesson_paths(exchanges: list[dict]) -> dict[int, list[dict]]:
     """For each exchange's number, the lesson's path of each tool call its response made:
     index, id, name, arguments (the JSON string), parsed (the dict, or None), problem (why it
     did not parse), call (the Python call it became) and answer: (the exchange that sent the
-    tool message, its index in that request, the message), or None if none was sent."""
-    answers: dict[str, tuple[int, int, dict]] = {}
+    tool message, its index in that request, the message), or None if none was sent. A tool
+    message answers the earliest call still waiting with its id (servers that number their
+    calls call_0, call_1, ... on every reply use the same ids again)."""
+    paths: dict[int, list[dict]] = {}
+    waiting: dict[str, list[dict]] = {}
     for exchange in exchanges:
-        offset = exchange["same"]
-        for index, message in enumerate(exchange["new"], offset):
-            call_id = message.get("tool_call_id") if isinstance(message, dict) else None
-            if message.get("role") == "tool" and isinstance(call_id, str):
-                answers.setdefault(call_id, (exchange["number"], index, message))
-    paths = {}
-    for exchange in exchanges:
-        steps = []
-        for index, call in enumerate(tool_calls(exchange["response"])):
-            function = call.get("function") or {}
-            arguments = function.get("arguments")
-            name = function.get("name")
-            parsed, problem = None, None
-            try:
-                parsed = json.loads(arguments or "{}")
-            except (TypeError, ValueError) as error:
-                problem = f"not valid JSON ({error})"
-            if parsed is not None and not isinstance(parsed, dict):
-                parsed, problem = None, "JSON, but not an object"
-            call_id = call.get("id")
-            steps.append(
-                {"index": index, "id": call_id, "name": name, "arguments": arguments,
-                 "parsed": parsed, "problem": problem, "call": python_call(name, parsed),
-                 "answer": answers.get(call_id) if isinstance(call_id, str) else None}
-            )  # fmt: skip
+        for index, message in enumerate(exchange["new"], exchange["same"]):
+            if not (isinstance(message, dict) and message.get("role") == "tool"):
+                continue
+            calls = waiting.get(message.get("tool_call_id"), []) if isinstance(
+                message.get("tool_call_id"), str) else []  # fmt: skip
+            if calls:
+                calls.pop(0)["answer"] = (exchange["number"], index, message)
+        steps = [
+            path_of(index, call) for index, call in enumerate(tool_calls(exchange["response"]))
+        ]
+        for step in steps:
+            if isinstance(step["id"], str):
+                waiting.setdefault(step["id"], []).append(step)
         paths[exchange["number"]] = steps
     return paths
+
+
+def path_of(index: int, call: dict) -> dict:
+    """One tool call's path, its answer not yet known (see lesson_paths)."""
+    function = call.get("function") if isinstance(call.get("function"), dict) else {}
+    arguments, name = function.get("arguments"), function.get("name")
+    parsed, problem = None, None
+    try:
+        parsed = json.loads(arguments or "{}")
+    except (TypeError, ValueError) as error:
+        problem = f"not valid JSON ({error})"
+    if parsed is not None and not isinstance(parsed, dict):
+        parsed, problem = None, "JSON, but not an object"
+    return {"index": index, "id": call.get("id"), "name": name, "arguments": arguments,
+            "parsed": parsed, "problem": problem, "answer": None}  # fmt: skip
 
 
 def tool_calls(response) -> list[dict]:
@@ -273,7 +288,10 @@ def usage_of(exchange: dict, priced: list[dict]) -> dict | None:
     if priced and all(priced[0].get(key) == value for key, value in counts.items()):
         if priced[0].get("created") == created:
             found = priced.pop(0)
-    return {**counts, "cost": found.get("cost"), "currency": found.get("currency")}
+    spent, currency = found.get("cost"), found.get("currency")
+    if not (isinstance(spent, int | float) and not isinstance(spent, bool)):
+        spent = None
+    return {**counts, "cost": spent, "currency": currency if currency in cost.CURRENCIES else None}
 
 
 def usage_events(transcript: str | os.PathLike) -> list[dict]:

@@ -94,7 +94,10 @@ def e(text: object) -> str:
 def render(exchanges: list[dict], entries: list[dict], name: str) -> str:
     """The whole page (see the module's docstring)."""
     paths = wire.lesson_paths(exchanges)
-    calls = {step["id"]: (n, step["index"]) for n, steps in paths.items() for step in steps}
+    calls = {  # where each tool message is new -> the call it answers
+        step["answer"][:2]: (n, step["index"]) for n, steps in paths.items() for step in steps
+        if step["answer"]
+    }  # fmt: skip
     priced = [entry for entry in entries if entry.get("event") == "usage"]
     usages = {x["number"]: wire.usage_of(x, priced) for x in exchanges}
     records = [entry for entry in entries if entry.get("event") == "compaction"]
@@ -264,15 +267,15 @@ def request_part(exchange: dict, usage: dict | None, calls: dict) -> str:
 
 def message_item(number: int, index: int, message: object, calls: dict) -> str:
     """A new message of request number (its index from 0); a tool message linked to the call
-    it answers (calls: tool_call_id -> (exchange, index of the call))."""
+    it answers (calls: (number, index) -> (exchange, index of the call))."""
     if not isinstance(message, dict):
         return f'<li class="new"><pre>{e(json.dumps(message))}</pre></li>'
     role = message.get("role")
     body = []
     if role == "tool":
         call_id = message.get("tool_call_id")
-        made = calls.get(call_id) if isinstance(call_id, str) else None
-        call = "a call no response here made"
+        made = calls.get((number, index))
+        call = "a call not matched among the responses above (answered already, or older)"
         if made:
             call = (
                 f'<a href="#c{made[0]}-{made[1]}">tool call {made[1] + 1} of response {made[0]}</a>'

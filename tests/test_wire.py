@@ -396,3 +396,39 @@ def test_html_writes_the_page_of_an_id_and_never_over_a_file_of_the_users(tmp_pa
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
     assert "is no page the agent wrote" in refused.stderr
     assert mine.read_text() == "<p>my notes</p>"
+
+
+def test_reused_call_ids_link_each_call_to_its_own_tool_message(workdir, tmp_path):
+    """Servers that number the calls of each reply from call_0 use the same id again."""
+    (workdir / "a.txt").write_text("A")
+    (workdir / "b.txt").write_text("B")
+    client = FakeClient(
+        reply(None, tool_call("read_file", {"path": "a.txt"}, "call_0")),
+        reply(None, tool_call("read_file", {"path": "b.txt"}, "call_0")),
+        reply("A and B."),
+    )
+    save = tmp_path / "ids.jsonl"
+    lesson.run("Read both.", client, model="m", workspace=lesson.Workspace(workdir), save=save)
+    paths = wire.lesson_paths(kept(save))
+    answers = [(paths[n][0]["answer"][0], paths[n][0]["answer"][2]["content"]) for n in (1, 2)]
+    assert answers == [(2, "A"), (3, "B")]
+    page = Parsed(Path(wire_page.write_page(save, tmp_path / "ids.html")).read_text())
+    links = {a["href"] for t, a in page.tags if t == "a"}
+    assert {"#m2-3", "#m3-5", "#c1-0", "#c2-0"} <= links
+
+
+def test_an_edited_record_is_one_line_or_plain_text_never_markup(workdir, tmp_path):
+    save = tmp_path / "e.jsonl"
+    lesson.run("Hi", FakeClient(reply("Hello.")), model="m", workspace=lesson.Workspace(workdir),
+               save=save)  # fmt: skip
+    record = sessions.wire_file(save)
+    line = json.loads(record.read_text())
+    forged = {"chunks": "<em>9</em>", "started": ["<i>"], "seconds": "<u>1</u>", "streamed": "x"}
+    record.write_text(json.dumps({**line, **forged}) + "\n")
+    page = Parsed(Path(wire_page.write_page(save, tmp_path / "e.html")).read_text())
+    assert not {"em", "i", "u"} & {tag for tag, _ in page.tags}
+    record.write_text(json.dumps({**line, "exchange": '1"><script>alert(1)</script>'}) + "\n")
+    refused = run_in_process("--html", str(save), str(tmp_path / "f.html"), env=clean_env())
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1
+    assert "line 1 is not an exchange as the agent writes them" in refused.stderr
+    assert not (tmp_path / "f.html").exists()
