@@ -62,12 +62,14 @@ class Session:
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
-        # What each turn changes in the workdir, kept beside the transcript for --undo.
+        # Every request as sent and every response as received, beside it (--show --wire).
+        self.wire = wire.Recorder(sessions.wire_file(save), workspace.key) if save else None
+        # What each turn changes in the workdir, kept beside it too, for --undo; the agent's
+        # own records are no change of the workdir's, wherever they are.
         self.changes = None
         if save:
-            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), [save])
-        # Every request as sent and every response as received, beside them (--show --wire).
-        self.wire = wire.Recorder(sessions.wire_file(save), workspace.key) if save else None
+            own = [save, self.wire.path]
+            self.changes = changes.Recorder(workspace.folder, sessions.changes_folder(save), own)
         self.messages = Conversation(history or [], self.transcript)
         # A new conversation's system message, AGENTS.md read now: the line saying so comes
         # with the others at the start, before a --chat prompt asks for the first message.

@@ -432,3 +432,20 @@ def test_an_edited_record_is_one_line_or_plain_text_never_markup(workdir, tmp_pa
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1
     assert "line 1 is not an exchange as the agent writes them" in refused.stderr
     assert not (tmp_path / "f.html").exists()
+
+
+def test_undo_leaves_the_record_of_a_conversation_saved_in_its_workdir(workdir):
+    save = workdir / "run.jsonl"  # --save inside the workdir: the record is there too
+    write = tool_call("write_file", {"path": "a.txt", "content": "hi\n"}, "call_1")
+    with StubServer([reply(None, write), reply("Written.")], api_key=KEY) as stub:
+        env = stub_env(stub)
+        done = run_in_process(
+            "--workdir", str(workdir), "--no-stream", "--save", str(save), "Write a.txt", env=env
+        )
+        assert done.returncode == 0, done.stderr
+        record = sessions.wire_file(save)
+        kept_before = record.read_bytes()
+        undone = run_in_process("--workdir", str(workdir), "--undo", "-r", str(save), env=env)
+    assert undone.returncode == 0, undone.stderr
+    assert not (workdir / "a.txt").exists()
+    assert record.read_bytes() == kept_before  # not taken for a change of the workdir's
