@@ -4,13 +4,14 @@ for byte once parsed); --show ID --wire on the terminal; --show with IDs and who
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import stat
 from html.parser import HTMLParser
 from pathlib import Path
 
-from conftest import clean_env, run_in_process, stub_env
+from conftest import ROOT, clean_env, run_in_process, stub_env
 from fake_model import FakeClient, completion, reply, tool_call
 from stub_server import Billed, Fail, Streamed, StubServer, stream_chunks
 from test_long_conversations import (
@@ -449,3 +450,22 @@ def test_undo_leaves_the_record_of_a_conversation_saved_in_its_workdir(workdir):
     assert undone.returncode == 0, undone.stderr
     assert not (workdir / "a.txt").exists()
     assert record.read_bytes() == kept_before  # not taken for a change of the workdir's
+
+
+def test_the_example_conversation_has_its_record_and_page(tmp_path):
+    """A learner without a key sees the demo run's requests and responses."""
+    example = ROOT / "examples" / "tool_demo.jsonl"
+    history = [m for m in map(json.loads, example.read_text().splitlines()) if "role" in m]
+    exchanges = kept(example)
+    assert [len(x["body"]["messages"]) for x in exchanges] == [2, 4, 6, 8]
+    for exchange in exchanges:  # each request: the conversation so far, as the transcript has it
+        messages = exchange["body"]["messages"]
+        assert messages == history[: len(messages)]
+        reply_message = exchange["response"]["choices"][0]["message"]
+        assert reply_message["content"] == history[len(messages)]["content"]
+    out = tmp_path / "demo.html"
+    done = run_in_process("--html", str(example), str(out), env=clean_env())
+    assert done.returncode == 0, done.stderr
+    assert "TOOL_MAP[\"run_shell\"](ws, command='python3 tool_demo.py')" in html.unescape(
+        out.read_text()
+    )
