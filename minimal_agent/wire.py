@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from minimal_agent import cost, sessions
-from minimal_agent.display import one_line, visible
+from minimal_agent.display import one_line, say, visible
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.transcripts import transcript_lines
 
@@ -46,6 +46,7 @@ class Recorder:
         self.file = None
         self.number = 0  # the last exchange's
         self.recent: list[dict] = []  # the last BASES requests, rebuilt: number, messages, fields
+        self.given_up = False  # the record could not be written
 
     def record(self, body: dict, resp, started: float, seconds: float, streamed: bool,
                chunks: int | None) -> None:  # fmt: skip
@@ -59,6 +60,17 @@ class Recorder:
         self.write(body, started, seconds, streamed, None, {"error": said})
 
     def write(self, body, started, seconds, streamed, chunks, outcome: dict) -> None:
+        """One exchange as one line; a record that cannot be written is given up with one
+        line saying so, never the conversation."""
+        if self.given_up:
+            return
+        try:
+            self.write_line(body, started, seconds, streamed, chunks, outcome)
+        except (OSError, AgentError) as error:
+            self.given_up = True
+            say(f"warning: the requests and responses are not kept from here on: {error}")
+
+    def write_line(self, body, started, seconds, streamed, chunks, outcome: dict) -> None:
         if self.file is None:
             self.open()
         self.number += 1
@@ -116,12 +128,12 @@ class Recorder:
 
 def shared_prefix(earlier: list[dict], messages: list[dict]) -> int:
     """How many leading messages the two lists have in common."""
-    count = 0
+    shared = 0
     for old, new in zip(earlier, messages, strict=False):
         if old is not new and old != new:
             break
-        count += 1
-    return count
+        shared += 1
+    return shared
 
 
 def as_json(resp) -> object:

@@ -469,3 +469,17 @@ def test_the_example_conversation_has_its_record_and_page(tmp_path):
     assert "TOOL_MAP[\"run_shell\"](ws, command='python3 tool_demo.py')" in html.unescape(
         out.read_text()
     )
+
+
+def test_a_record_that_cannot_be_written_never_ends_the_conversation(workdir, tmp_path, capsys):
+    save = tmp_path / "w.jsonl"
+    sessions.wire_file(save).write_text('{"exchange": "not one"}\n')  # edited by hand
+    result = lesson.run("Hi", FakeClient(reply("Hello.")), model="m", save=save,
+                        workspace=lesson.Workspace(workdir))  # fmt: skip
+    assert result["text"] == "Hello." and result["stop_reason"] == "finished"
+    said = [line for line in capsys.readouterr().err.splitlines() if "not kept" in line]
+    assert said == [
+        "warning: the requests and responses are not kept from here on: "
+        f"{sessions.wire_file(save)} line 1 is not an exchange as the agent writes them, or its "
+        "request refers to one that is not among the 3 before it"
+    ]
