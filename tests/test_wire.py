@@ -104,11 +104,14 @@ def test_a_stream_is_kept_as_the_reply_its_chunks_made_and_their_count(workdir, 
     with StubServer(script, api_key=KEY) as stub:
         env = stub_env(stub)
         done = run_in_process(
-            "--workdir", str(workdir), "--stream", "--save", str(save), "Read a.txt", env=env
-        )
+            "--workdir", str(workdir), "--stream", "--thinking", "on", "--effort", "max",
+            "--save", str(save), "Read a.txt", env=env,
+        )  # fmt: skip
     assert done.returncode == 0, done.stderr
     exchanges = kept(save)
     assert [exchange["body"] for exchange in exchanges] == stub.received
+    assert exchanges[0]["body"]["thinking"] == {"type": "enabled"}  # extra_body, as sent
+    assert exchanges[0]["body"]["reasoning_effort"] == "max"
     for exchange, answer in zip(exchanges, stub.answered, strict=True):
         assert exchange["streamed"] and exchange["body"]["stream"] is True
         assert exchange["chunks"] == len(stream_chunks(answer))
