@@ -582,9 +582,9 @@ def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_
             "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
         )
     try:
-        path = sessions.resolve(
-            args.show or args.html[0], sessions_folder(model_client.load_config())
-        )
+        folder = sessions_folder(model_client.load_config())
+        option = "--show" if args.show else "--html"
+        path = sessions.resolve(args.show or args.html[0], folder, option)
         if args.html:
             out = args.html[1] if len(args.html) > 1 else None
             display.say(f"wrote {wire_page.write_page(path, out)}: open it in a browser")

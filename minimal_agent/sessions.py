@@ -429,19 +429,20 @@ def _session_of(path: Path) -> dict | None:
     return event if isinstance(event, dict) and event.get("event") == "session" else None
 
 
-def resolve(id_or_file: str, folder: str | os.PathLike) -> Path:
-    """-r/--resume: a transcript file, or the conversation in folder with this ID, or the only
-    one whose ID starts so (case ignored). SessionError when none or several match."""
+def resolve(id_or_file: str, folder: str | os.PathLike, option: str = "--resume") -> Path:
+    """-r/--resume (or option, --show, --html): a transcript file, or the conversation in
+    folder with this ID, or the only one whose ID starts so (case ignored). SessionError when
+    none or several match."""
     value = id_or_file.strip()
     if not value:
         raise SessionError(
-            "--resume needs a conversation's ID or a transcript file: --sessions lists them"
+            f"{option} needs a conversation's ID or a transcript file: --sessions lists them"
         )
     if os.path.isfile(value):
         return Path(os.path.abspath(value))
     if any(sep in value for sep in (os.sep, os.altsep) if sep):
         raise SessionError(
-            f"{value}: no such file: --resume takes a transcript file or a conversation's ID "
+            f"{value}: no such file: {option} takes a transcript file or a conversation's ID "
             "(--sessions lists them)"
         )
     wanted = (value[: -len(SUFFIX)] if value.endswith(SUFFIX) else value).casefold()

@@ -207,6 +207,11 @@ def test_show_takes_the_ids_sessions_prints(tmp_path):
     unknown = run_in_process("--show", "zzz", env=env)
     assert unknown.returncode == 1 and unknown.stderr.count("\n") == 1
     assert "--sessions lists" in unknown.stderr and "Traceback" not in unknown.stderr
+    missing = run_in_process("--html", str(path.parent / "gone.jsonl"), env=env)
+    assert missing.returncode == 1 and missing.stderr == (
+        f"error: {path.parent / 'gone.jsonl'}: no such file: --html takes a transcript file or "
+        "a conversation's ID (--sessions lists them)\n"
+    )
 
 
 def test_show_shows_commands_whole_spaces_and_all(tmp_path):
