@@ -385,7 +385,9 @@ def exchange_lines(exchange: dict, path: list[dict], priced: list[dict]) -> list
     lines += [f"<<< response {number}", *dumps(exchange["response"]).split("\n")]
     for step in path:
         lines += path_lines(step, len(path))
-    if not path and exchange["fields"].get("tools"):
+    if not exchange["fields"].get("tools"):
+        lines.append("  a side request without tools: the summary a compaction asked for")
+    elif not path:
         lines.append("  no tool calls: this is the answer, and the loop ends")
     return [*lines, "  " + usage_line(usage_of(exchange, priced)), ""]
 
