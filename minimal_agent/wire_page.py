@@ -94,10 +94,16 @@ def e(text: object) -> str:
 def render(exchanges: list[dict], entries: list[dict], name: str) -> str:
     """The whole page (see the module's docstring)."""
     paths = wire.lesson_paths(exchanges)
-    calls = {  # where each tool message is new -> the call it answers
+    answered = {  # where each tool message is new -> the call it answers
         step["answer"][:2]: (n, step["index"]) for n, steps in paths.items() for step in steps
         if step["answer"]
     }  # fmt: skip
+    made: dict[str, list[tuple[int, int]]] = {}  # each call id -> its calls, in order
+    for n, steps in paths.items():
+        for step in steps:
+            if isinstance(step["id"], str):
+                made.setdefault(step["id"], []).append((n, step["index"]))
+    calls = (answered, made)
     priced = [entry for entry in entries if entry.get("event") == "usage"]
     usages = {x["number"]: wire.usage_of(x, priced) for x in exchanges}
     records = [entry for entry in entries if entry.get("event") == "compaction"]
@@ -265,17 +271,26 @@ def request_part(exchange: dict, usage: dict | None, calls: dict) -> str:
     return f"<h3>Request</h3>{fields_part}<p><b>messages</b>:</p>{prefix}{listed}"
 
 
+def latest_call(made: dict, call_id: object, number: int) -> tuple[int, int] | None:
+    """The last call with call_id made before request number: the one a tool message sent
+    again answers (a compacted conversation sends it anew)."""
+    earlier = [call for call in made.get(call_id, []) if call[0] < number]
+    return earlier[-1] if isinstance(call_id, str) and earlier else None
+
+
 def message_item(number: int, index: int, message: object, calls: dict) -> str:
     """A new message of request number (its index from 0); a tool message linked to the call
-    it answers (calls: (number, index) -> (exchange, index of the call))."""
+    it answers (calls: (number, index) -> (exchange, index of the call) for the tool messages
+    that answered a call, and each call id -> its calls)."""
     if not isinstance(message, dict):
         return f'<li class="new"><pre>{e(json.dumps(message))}</pre></li>'
     role = message.get("role")
     body = []
     if role == "tool":
         call_id = message.get("tool_call_id")
-        made = calls.get((number, index))
-        call = "a call not matched among the responses above (answered already, or older)"
+        answered, made_by_id = calls
+        made = answered.get((number, index)) or latest_call(made_by_id, call_id, number)
+        call = "a call made before this record began"
         if made:
             call = (
                 f'<a href="#c{made[0]}-{made[1]}">tool call {made[1] + 1} of response {made[0]}</a>'

@@ -384,6 +384,7 @@ def test_the_page_marks_the_compaction_and_what_the_summary_replaced(workdir, tm
     assert re.search(r"Messages \d+–\d+ of request \d+ are not sent from here on", text)
     assert SUMMARY in text
     assert "side request (summary)" in text  # on the timeline
+    assert "a call made before this record began" not in text  # results sent anew: linked
     shown = run_in_process("--show", str(save), "--wire", env=clean_env()).stdout
     summaries = shown.count("  a side request without tools: the summary a compaction asked for")
     assert summaries == len(stub.side_requests) >= 1
