@@ -13,6 +13,8 @@ command line needs from it is handed to cli.main().
     files           capped reads and atomic writes
     tool_schema     a tool's schema, its function and a call's arguments checked
     transcripts     the conversation written as JSON Lines, read back, shown (--show)
+    wire            every request and response kept, rebuilt, shown (--show --wire)
+    wire_page       --html: the requests and responses as one page for a browser
     sessions        the sessions folder: IDs, listing, finding one again, one writer each
     replay          --replay: a client that serves a transcript's replies
     cost            prices, peak hours, what a reply cost

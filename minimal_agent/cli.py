@@ -20,6 +20,8 @@ from minimal_agent import (
     models,
     processes,
     sessions,
+    wire,
+    wire_page,
 )
 from minimal_agent.context_window import Window, compact_at_setting, split_transcript
 from minimal_agent.errors import AgentError, UsageError, describe_api_error, without_key
@@ -55,8 +57,8 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
     args.workdir = args.workdir or default_workdir(lesson, installed)
-    if args.show:
-        return until_the_reader_stops(show_transcript, args.show)
+    if args.show or args.html:
+        return show_saved(parser, args, lesson.model_client)
     processes.exit_on_termination()
     # What happens, told to the readers --json and --json-events ask for (on stdout).
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
@@ -306,7 +308,25 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="for scripts: print one JSON object a line on stdout as the run goes (turns, "
         "replies, tool calls and results, file changes, the end record; docs/json.md)",
     )
-    add("--show", metavar="FILE", help="print a saved transcript as a timeline")
+    add(
+        "--show",
+        metavar="ID_OR_FILE",
+        help="print a saved conversation (an ID from --sessions, or a transcript file) as a "
+        "timeline",
+    )
+    add(
+        "--wire",
+        action="store_true",
+        help="with --show: print each request as sent and each response as received, as JSON "
+        "(see docs/wire.md)",
+    )
+    add(
+        "--html",
+        nargs="+",
+        metavar=("ID_OR_FILE", "OUT.html"),
+        help="write a saved conversation's requests and responses as one page to click through "
+        "in a browser (default OUT: ID.html in the current folder)",
+    )
     add(
         "--undo",
         action="store_true",
@@ -417,6 +437,8 @@ def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd
             f"{taking_back} takes no task and starts no conversation: give it alone "
             "(with -r ID for a conversation other than the workdir's latest)"
         )
+    if args.wire and not args.show:
+        parser.error("--wire goes with --show ID_OR_FILE")
     if args.force and not taking_back:
         parser.error("--force goes with --undo or --redo")
     if args.json and args.json_events:
@@ -676,6 +698,33 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
         how = f"--{action} --force"
         done = changes.take_back(store, action, args.force, how, workdirs, name)
     return 0 if done else 1
+
+
+def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_client) -> int:
+    """--show ID_OR_FILE (with --wire: its requests and responses) and --html ID_OR_FILE
+    [OUT.html]: the conversation found as -r finds it, shown; exit 1 with one line if it
+    cannot be."""
+    if args.show and args.html:
+        parser.error("--show prints on the terminal and --html writes a page: give one of them")
+    if args.html and len(args.html) > 2:
+        parser.error(
+            "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
+        )
+    try:
+        folder = sessions_folder(model_client.load_config())
+        option = "--show" if args.show else "--html"
+        path = sessions.resolve(args.show or args.html[0], folder, option)
+        if args.html:
+            out = args.html[1] if len(args.html) > 1 else None
+            page = wire_page.write_page(path, out, folder)
+            display.say(f"wrote {page}: open it in a browser")
+            return 0
+        if args.wire:
+            return until_the_reader_stops(wire.show_wire, path, folder)
+    except AgentError as error:
+        display.say(f"error: {error}")
+        return 1
+    return until_the_reader_stops(show_transcript, str(path))
 
 
 def yes_setting(config: dict, name: str) -> bool:

@@ -5,6 +5,7 @@ the repairs other servers' streams need."""
 from __future__ import annotations
 
 import json
+import time
 import warnings
 
 from minimal_agent import reply_shapes
@@ -13,23 +14,32 @@ from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
 
 
-def ask(client, messages: list[dict], request: dict, quirks: set[str], warn=say, show=None):
+def ask(
+    client,
+    messages: list[dict],
+    request: dict,
+    quirks: set[str],
+    warn=say,
+    show=None,
+    wire=None,
+):
     """One chat completion: request holds model, tools and limits; returns a ChatCompletion,
     its fields checked for the kinds the agent reads (reply_shapes: AgentError if not).
 
     quirks is what this server turned out to need, kept by the caller for its whole run:
     "empty content" once Ollama has rejected content null (it wants "" instead).
     show: None for a plain request, else the reply is streamed to it (see complete()).
+    wire: what keeps every request and response (minimal_agent/wire.py's Recorder), or None.
     """
     sent = with_empty_content(messages) if "empty content" in quirks else messages
     try:
-        resp = complete(client, show, messages=sent, **request)
+        resp = complete(client, show, wire, messages=sent, **request)
     except Exception as error:
         if "empty content" in quirks or "invalid message content type" not in str(error):
             raise
         quirks.add("empty content")
         warn('note: this server rejects content null; sending "" instead from now on')
-        resp = complete(client, show, messages=with_empty_content(messages), **request)
+        resp = complete(client, show, wire, messages=with_empty_content(messages), **request)
     key = getattr(client, "api_key", None)
     reply_shapes.check_reply(resp, key)  # before anything reads it
     served = getattr(resp, "model", None)
@@ -64,7 +74,7 @@ def with_empty_content(messages: list[dict]) -> list[dict]:
     ]
 
 
-def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompletion
+def complete(client, show=None, wire=None, **request):  # -> openai.types.chat.ChatCompletion
     """Ask the model once and return its ChatCompletion, streamed or not.
 
     Without show, a plain `client.chat.completions.create(**request)`. With show, the reply is
@@ -75,22 +85,16 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
     A stream that breaks off is asked for again once, as the SDK asks again after a failed
     request; nothing of the broken one is kept. A reply that does not arrive whole then, or
     a stream the server stopped sending, raises AgentError.
+    Each attempt, its reply or its failure, is handed to wire (see recorded()).
     """
     if show is None:
-        try:
-            resp = client.chat.completions.create(**request)
-        except json.JSONDecodeError as error:  # the SDK reads a JSON body it cannot parse
-            raise AgentError(not_a_completion(client, error.doc, "JSON that is cut off")) from None
-        if not_a_chat_completion(resp):  # the SDK hands on a text body, or other JSON, as is
-            body = resp if isinstance(resp, str) else json.dumps(resp, default=dumped)
-            raise AgentError(not_a_completion(client, body))
-        return resp
+        return recorded(wire, request, False, lambda: (plain(client, request), None))
     try:
-        return streamed(client, show, request)
+        return recorded(wire, request, True, lambda: streamed(client, show, request))
     except BrokenStream as broken:
         show("note", f"{broken}; asking again (nothing of that one is kept)")
     try:
-        return streamed(client, show, request)
+        return recorded(wire, request, True, lambda: streamed(client, show, request))
     except BrokenStream as broken:
         raise AgentError(
             f"{broken}, a second time: nothing of it was kept and none of its tool calls ran; "
@@ -98,12 +102,53 @@ def complete(client, show=None, **request):  # -> openai.types.chat.ChatCompleti
         ) from None
 
 
+STREAM = {"stream": True, "stream_options": {"include_usage": True}}  # what a stream adds
+
+
+def recorded(wire, request: dict, stream: bool, attempt):  # -> ChatCompletion
+    """attempt() -> (ChatCompletion, chunks or None), timed, and handed to wire with the body
+    as the SDK sends it: the one place where every request and its response (or what failed,
+    the key left out) are kept."""
+    started, clock = time.time(), time.monotonic()
+    try:
+        resp, chunks = attempt()
+    except BaseException as error:  # Ctrl-C during the wait too: the request was sent
+        if wire:
+            wire.failed(sent_body(request, stream), error, started, time.monotonic() - clock)
+        raise
+    if wire:
+        wire.record(
+            sent_body(request, stream), resp, started, time.monotonic() - clock, stream, chunks
+        )
+    return resp
+
+
+def sent_body(request: dict, stream: bool) -> dict:
+    """The JSON body the SDK makes of a request: extra_body's fields merged in."""
+    body = {key: value for key, value in request.items() if key != "extra_body"}
+    body.update(request.get("extra_body") or {})
+    return {**body, **STREAM} if stream else body
+
+
+def plain(client, request: dict):  # -> openai.types.chat.ChatCompletion
+    """One request that is not streamed; AgentError if what came back is no chat completion."""
+    try:
+        resp = client.chat.completions.create(**request)
+    except json.JSONDecodeError as error:  # the SDK reads a JSON body it cannot parse
+        raise AgentError(not_a_completion(client, error.doc, "JSON that is cut off")) from None
+    if not_a_chat_completion(resp):  # the SDK hands on a text body, or other JSON, as is
+        body = resp if isinstance(resp, str) else json.dumps(resp, default=dumped)
+        raise AgentError(not_a_completion(client, body))
+    return resp
+
+
 class BrokenStream(Exception):
     """A stream that ended before its reply was whole; the message says how."""
 
 
-def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletion
-    """One streamed request (see complete()); BrokenStream if the reply does not arrive whole."""
+def streamed(client, show, request: dict) -> tuple:  # (ChatCompletion, chunks)
+    """One streamed request (see complete()): the reply and how many chunks made it;
+    BrokenStream if the reply does not arrive whole."""
     import openai  # here, not at the top: --help starts without it
     from openai.lib.streaming.chat import ChatCompletionStreamState
     from openai.types.chat import ChatCompletion
@@ -113,9 +158,8 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
     calls: dict[int, list[dict]] = {}  # what each choice's tool calls have sent so far
     usage = None
     started = False
-    stream = client.chat.completions.create(
-        **request, stream=True, stream_options={"include_usage": True}
-    )
+    chunks = 0
+    stream = client.chat.completions.create(**request, **STREAM)
     response = getattr(stream, "response", None)  # the SDK's stream has its HTTP response
     kind = response.headers.get("content-type", "") if response is not None else ""
     if kind and "event-stream" not in kind:  # a page or a JSON body: no event would come
@@ -126,6 +170,7 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
         with stream:
             for chunk in stream:
                 reply_shapes.check_chunk(chunk, key, len(calls.get(0, [])))
+                chunks += 1
                 usage = chunk.usage or usage  # on the finish chunk, or in a chunk of its own
                 if not chunk.choices:  # the usage-only last chunk, a content-filter note
                     continue
@@ -157,7 +202,7 @@ def streamed(client, show, request: dict):  # -> openai.types.chat.ChatCompletio
         exclude={"choices": {"__all__": {"message": parsed}}}, warnings=False
     )
     data["usage"] = usage and usage.model_dump(warnings=False)
-    return ChatCompletion.construct(**data)
+    return ChatCompletion.construct(**data), chunks
 
 
 def put_together(state, chunk, key: str | None) -> None:

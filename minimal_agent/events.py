@@ -31,6 +31,8 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from minimal_agent.wire import as_json
+
 VERSION = 1  # of the records --json and --json-events write; a reader can check it
 STATUSES = {0: "finished", 3: "max_steps", 4: "incomplete", 130: "interrupted"}
 EXIT_STATUSES = {1: "error", 2: "usage"}  # a run that ended without a result
@@ -51,6 +53,28 @@ class Events:
     def emit(self, kind: str, **fields) -> None:
         for reader in self.readers:
             reader(kind, fields)
+
+
+class Exchanges:
+    """What completions.recorded() hands over for each request that went out, told as a
+    "request" and a "response" event; step is set by the session before each request."""
+
+    def __init__(self, events: Events) -> None:
+        self.events, self.step = events, None
+
+    def record(self, body: dict, resp, started: float, seconds: float, streamed: bool,
+               chunks: int | None) -> None:  # fmt: skip
+        body = {**body, "messages": list(body.get("messages") or [])}  # as it was, not as it grows
+        self.events.emit("request", step=self.step, body=body)
+        self.events.emit("response", step=self.step, body=as_json(resp), started=started,
+                         seconds=seconds, streamed=streamed, chunks=chunks, error=None)  # fmt: skip
+
+    def failed(self, body: dict, error: BaseException, started: float, seconds: float) -> None:
+        body = {**body, "messages": list(body.get("messages") or [])}
+        self.events.emit("request", step=self.step, body=body)
+        self.events.emit("response", step=self.step, body=None, started=started,
+                         seconds=seconds, streamed=bool(body.get("stream")), chunks=None,
+                         error=error)  # fmt: skip
 
 
 class Outcome:

@@ -7,12 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import time
 
-from minimal_agent import changes, completions, cost, diffs, display, files, sessions
+from minimal_agent import changes, completions, cost, diffs, display, files, sessions, wire
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError, without_key
-from minimal_agent.events import Events
+from minimal_agent.events import Events, Exchanges
 from minimal_agent.prompt import Prompt
 from minimal_agent.replies import CUT_OFF, without_thinking
 from minimal_agent.transcripts import (
@@ -69,6 +68,7 @@ class Session:
     ) -> None:
         self.workspace = workspace
         self.events = events or Events()
+        self.exchanges = Exchanges(self.events)  # what completions.ask hands over, as events
         self.prompt = prompt or Prompt()  # where --chat's messages are typed
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
@@ -76,11 +76,16 @@ class Session:
         self.messages = Conversation(history or [], self.transcript, self.appended)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
-        self.changes = None
+        self.changes = self.wire = None
         if save:
             folder = sessions_folder or os.path.dirname(os.path.abspath(save))
             store = sessions.changes_folder(save, folder)
-            workspace.private += own_records(workspace.folder, sessions_folder, save, store)
+            # Every request as sent and every response as received (--show --wire), a reader
+            # of the session's events, kept beside the store.
+            self.wire = wire.Recorder(sessions.wire_file(save, folder), workspace.key)
+            self.events.subscribe(self.wire)
+            records = own_records(workspace.folder, sessions_folder, save, store)
+            workspace.private += [*records, os.path.realpath(self.wire.path)]
             if sessions_folder:
                 changes.clear_stale(sessions_folder)
             try:
@@ -211,18 +216,13 @@ class Session:
         return resp
 
     def exchange(self, client, sent: list[dict], request: dict, step: int | None, show=None):
-        """completions.ask, the one place a request goes out: the request as sent and the
-        response as received told to the events' readers."""
-        self.events.emit("request", step=step, body={**request, "messages": list(sent)})
-        started = time.monotonic()
-        resp = completions.ask(client, sent, request, self.quirks, display.say, show)
-        body = resp.model_dump(warnings=False) if hasattr(resp, "model_dump") else resp
-        seconds = time.monotonic() - started
-        streamed = show is not None
-        self.events.emit(
-            "response", step=step, body=body, seconds=seconds, streamed=streamed, chunks=None
+        """completions.ask, the one place a request goes out: each attempt's body as sent and
+        its response as received (or what failed) told to the events' readers, the wire's
+        record among them (events.Exchanges)."""
+        self.exchanges.step = step
+        return completions.ask(
+            client, sent, request, self.quirks, display.say, show, self.exchanges
         )
-        return resp
 
     def end_step(self) -> None:
         """Record what the turn's last step changed in the workdir."""
@@ -487,6 +487,8 @@ class Session:
     def close(self) -> None:
         if self.changes:
             self.changes.close()
+        if self.wire:
+            self.wire.close()
         if self.transcript:
             self.transcript.close()
 

@@ -428,6 +428,15 @@ def recorded_workdirs(path: str | os.PathLike) -> list[str]:
     return found
 
 
+def wire_file(transcript: str | os.PathLike, folder: str | os.PathLike | None = None) -> Path:
+    """Where a conversation's requests and responses are kept (minimal_agent/wire.py): beside
+    its store of changes in the sessions folder (folder; None: the transcript's own), named
+    as it is (ID.wire); not a .jsonl file, so the listing and --resume never take it for a
+    conversation."""
+    store = changes_folder(transcript, folder or Path(transcript).parent)
+    return store.with_name(store.name.removesuffix(".changes") + ".wire")
+
+
 # --- Finding one again ------------------------------------------------------------------------
 
 
@@ -460,23 +469,23 @@ def _session_of(path: Path) -> dict | None:
     return event if isinstance(event, dict) and event.get("event") == "session" else None
 
 
-def resolve(id_or_file: str, folder: str | os.PathLike) -> Path:
-    """-r/--resume: a conversation in folder with this ID, or the only one whose ID starts so
-    (case ignored); or a transcript file, given as a path: with a path separator (./name) or
-    ending in .jsonl. A bare word is an ID only, so a file of that name in the current folder
-    (a repository can ship one) is never taken for the user's conversation. SessionError when
-    none or several match."""
+def resolve(id_or_file: str, folder: str | os.PathLike, option: str = "--resume") -> Path:
+    """-r/--resume (or option: --show, --html): a conversation in folder with this ID, or the
+    only one whose ID starts so (case ignored); or a transcript file, given as a path: with a
+    path separator (./name) or ending in .jsonl. A bare word is an ID only, so a file of that
+    name in the current folder (a repository can ship one) is never taken for the user's
+    conversation. SessionError when none or several match."""
     value = id_or_file.strip()
     if not value:
         raise SessionError(
-            "--resume needs a conversation's ID or a transcript file: --sessions lists them"
+            f"{option} needs a conversation's ID or a transcript file: --sessions lists them"
         )
     is_path = any(sep in value for sep in (os.sep, os.altsep) if sep)
     if (is_path or value.endswith(SUFFIX)) and os.path.isfile(value):
         return Path(os.path.abspath(value))
     if is_path:
         raise SessionError(
-            f"{value}: no such file: --resume takes a transcript file or a conversation's ID "
+            f"{value}: no such file: {option} takes a transcript file or a conversation's ID "
             "(--sessions lists them)"
         )
     wanted = value.removesuffix(SUFFIX).casefold()

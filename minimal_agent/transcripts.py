@@ -13,7 +13,7 @@ import json
 import os
 
 from minimal_agent import sessions
-from minimal_agent.display import one_line, say, short_arguments, visible
+from minimal_agent.display import one_line, say, visible
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import REASONING_FIELDS
 from minimal_agent.tool_schema import json_kind
@@ -229,6 +229,19 @@ def message_problem(message: object) -> str | None:
     return None
 
 
+def whole_arguments(arguments: str) -> str:
+    """A call's arguments as key=value pairs, each value whole, as Python writes it (a
+    command's spaces kept, its newlines as \\n); arguments that are no JSON object, as they
+    are. The display escapes what would act on a terminal."""
+    try:
+        args = json.loads(arguments or "{}")
+    except json.JSONDecodeError:
+        return arguments
+    if not isinstance(args, dict):
+        return arguments
+    return ", ".join(f"{key}={value!r}" for key, value in args.items())
+
+
 def show_transcript(path: str) -> int:
     """--show: print a saved transcript as a readable timeline, each line with its control
     characters as escapes (names, ids and texts are the model's, or whoever edited the file)."""
@@ -271,7 +284,7 @@ def show_transcript(path: str) -> int:
         for call in entry.get("tool_calls") or []:
             function = call["function"]
             show(
-                f"{label} calls {function['name']}({short_arguments(function['arguments'])})"
+                f"{label} calls {function['name']}({whole_arguments(function['arguments'])})"
                 f" [{call['id']}]"
             )
     return 0

@@ -1,5 +1,6 @@
 """Write examples/tool_demo.jsonl: the lesson's demo task, run by agent.py itself (--save)
-against the scripted stub server. A scripted example, not a real model's output.
+against the scripted stub server. A scripted example, not a real model's output. Its requests
+and responses are kept beside it, in examples/tool_demo.wire (docs/wire.md).
 
     python tests/make_example.py
 """

@@ -273,6 +273,10 @@ class StubServer:
         self.script = list(script)
         self.api_key = api_key
         self.requests: list[dict] = []  # every request body that passed the key check
+        self.received: list[dict] = []  # every chat completion request body, side requests and
+        # refused ones too, in the order they came
+        self.answered: list[dict] = []  # every chat completion answered (before a stream's
+        # chunks are made of it), in order
         self.sizes: list[int] = []  # every request body's size in bytes
         self.sent: list[bytes] = []  # every request's messages array, byte for byte
         self.problems: list[str] = []
@@ -311,6 +315,7 @@ class StubServer:
             return 401, {}, error_body(message, "authentication_error")
         with self.lock:
             request = json.loads(body)
+            self.received.append(request)
             self.sizes.append(len(body))
             if self.compactions_allowed and not request.get("tools"):
                 return self.side_request(request)
@@ -368,6 +373,7 @@ class StubServer:
                 billed.stamp(answer)
             # llama.cpp in single-model mode answers as its own model, whatever was asked for.
             answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
+            self.answered.append(answer)
             if not request.get("stream"):
                 return 200, {}, answer
             streamed.message = answer
@@ -421,7 +427,9 @@ class StubServer:
             return failed
         answer = chat_completion(message, len(self.side_requests), counted, 0)
         answer["model"] = "gemma-3-270m.gguf" if self.server == "llamacpp" else request["model"]
-        return 200, {}, billed.stamp(answer) if billed else answer
+        answer = billed.stamp(answer) if billed else answer
+        self.answered.append(answer)
+        return 200, {}, answer
 
     def next_reply(self, request: dict, late: str) -> tuple:
         """The script's next item for request: (the response for a scripted Fail, or for no item
