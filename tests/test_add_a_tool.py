@@ -304,6 +304,72 @@ def test_a_nullable_type_any_of_and_an_enum_of_booleans_are_checked_as_json_sees
     )
 
 
+def with_required(schema_text: str) -> str:
+    """The README's schema with "required": ["path"] added to its parameters."""
+    return schema_text.replace('"properties": {', '"required": ["path"],\n"properties": {', 1)
+
+
+@pytest.mark.parametrize(
+    "wrong, right, schema",
+    [
+        ("propertes", "properties", readme_pieces()[1]),
+        ("requried", "required", with_required(readme_pieces()[1])),
+        ("descripton", "description", readme_pieces()[1]),
+        ("parameter", "parameters", readme_pieces()[1]),
+        ("tpye", "type", readme_pieces()[1]),
+    ],
+    ids=["propertes", "requried", "descripton", "parameter", "tpye"],
+)
+def test_a_misspelled_key_stops_the_agent_in_one_line_naming_it(app, workdir, wrong, right, schema):
+    # Each misspelled once, the first time the README's schema has it: a key JSON Schema
+    # does not know is ignored, so the model would get a tool without its parameters (or
+    # required ones as optional), and the learner find out only when a call fails, or never.
+    readme_function, _, entry = readme_pieces()
+    edit(app, function=readme_function, schema=schema.replace(f'"{right}"', f'"{wrong}"', 1),
+         entry=entry)  # fmt: skip
+    line = stopped_before_any_request(app, workdir)
+    named = f"error: the schema of the tool 'list_dir' in TOOLS has the key \"{wrong}\""
+    assert line.startswith(named), line
+    assert line.endswith(f'likely a misspelling of "{right}": correct it'), line
+
+
+@pytest.mark.parametrize(
+    "tool, said",
+    [
+        (
+            {"type": "function", "function": {"name": "t", "Description": "Says hi."}},
+            'has the key "Description" in "function", likely a misspelling of "description"',
+        ),
+        (
+            {"type": "function", "function": {"name": "t", "parameters": schema_of(
+                person={"type": "object", "properties": {"home": {"typ": "string"}}})}},
+            """has the key "typ" in the parameter 'person.home', likely a misspelling of "type\"""",
+        ),
+        (
+            {"type": "function", "function": {"name": "t", "parameters": schema_of(
+                tags={"type": "array", "items": {"type": "string", "descriptions": "A tag."}})}},
+            """has the key "descriptions" in the items of the parameter 'tags', likely a """
+            """misspelling of "description\"""",
+        ),
+    ],
+    ids=["in-function", "in-a-nested-parameter", "in-items"],
+)  # fmt: skip
+def test_a_misspelled_key_is_found_where_it_is(tool, said):
+    assert tool_schema.schema_mistake(tool) == f"{said}: correct it"
+
+
+def test_keys_that_json_schema_knows_and_the_learners_own_parameter_names_are_no_misspellings():
+    # A parameter may be called "type" or "propertes"; maxProperties, patternProperties and
+    # propertyNames are spelled like properties but are JSON Schema's own; x- keys are vendors'.
+    schema = schema_of(
+        type={"type": "string", "x-type": "path", "title": "Type"},
+        propertes={"type": "object", "maxProperties": 3, "propertyNames": {"pattern": "^a"},
+                   "patternProperties": {"^a": {"type": "string"}}},
+    )  # fmt: skip
+    tool = {"type": "function", "function": {"name": "t", "strict": False, "parameters": schema}}
+    assert tool_schema.schema_mistake(tool) is None
+
+
 def test_two_schemas_of_one_tool_are_refused(monkeypatch):
     import agent
     from minimal_agent.errors import AgentError
