@@ -453,6 +453,7 @@ def open_session(
         describe=functools.partial(
             describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
         ),
+        replayed=bool(args.replay),
     )
 
 

@@ -37,7 +37,8 @@ class Session:
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
-    for a failed request (errors.describe_api_error with the settings), or None.
+    for a failed request (errors.describe_api_error with the settings), or None. replayed: the
+    replies come from a transcript (--replay), so no tokens are counted and nothing is spent.
     """
 
     def __init__(
@@ -57,6 +58,7 @@ class Session:
         max_cost: float | None = None,
         window=None,
         describe=None,
+        replayed: bool = False,
     ) -> None:
         self.workspace = workspace
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
@@ -75,6 +77,7 @@ class Session:
         self.thinking, self.effort = thinking, effort  # "on"/"off", EFFORTS; unset: the server's
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
         self.prices, self.max_cost, self.window = prices, max_cost, window
+        self.replayed = replayed
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
@@ -252,7 +255,7 @@ class Session:
         return summarize
 
     def check_budget(self) -> None:
-        if self.max_cost is None:
+        if self.max_cost is None or self.replayed:  # a replayed reply costs nothing
             return
         budget = cost.money(self.max_cost, self.prices.currency)
         if self.total["unknown"]:  # what it cost cannot be known, so neither what is left
@@ -339,6 +342,9 @@ class Session:
         return True
 
     def counts(self, totals: dict) -> str:
+        steps = f"steps {totals['steps']}, tool calls {totals['tool_calls']}"
+        if self.replayed:  # no server counted tokens, and nothing was paid
+            return f"{steps}; the replies were replayed: no tokens, no cost"
         usage = totals["usage"]
         money = ""
         if self.prices:
@@ -348,8 +354,7 @@ class Session:
             known = f"{money} + unknown" if totals["cost"] else ", cost unknown"
             money = f"{known} (no usage reported for {replies})"
         return (
-            f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
-            f"prompt tokens {usage['prompt_tokens']}, "
+            f"{steps}, prompt tokens {usage['prompt_tokens']}, "
             f"cache-hit tokens {usage['cache_hit_tokens']}, "
             f"completion tokens {usage['completion_tokens']}{money}"
         )

@@ -537,6 +537,19 @@ def test_the_example_transcript_replays_offline_with_no_key(workdir):
     assert messages[1]["content"] == cli.DEMO_TASK
 
 
+@pytest.mark.posix("the demo task runs python3, a name Windows may not have")
+def test_a_replay_says_its_replies_were_replayed_and_no_budget_stops_it(workdir):
+    # No server counted tokens and nothing was paid: the totals line says so, rather than
+    # "prompt tokens 0 ... cost unknown (no usage reported for 4 replies)", and a budget set
+    # in the user's settings has nothing to stop (it stopped the second request).
+    example = ROOT / "examples" / "tool_demo.jsonl"
+    offline = clean_env(LLM_API_KEY="", LLM_MAX_COST="0.01")
+    proc = run_in_process("--workdir", str(workdir), "--yes", "--replay", str(example), env=offline)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last == "steps 4, tool calls 3; the replies were replayed: no tokens, no cost"
+
+
 def test_max_tokens_is_sent_only_when_asked_for(workdir):
     runs = {"default": [], "option": ["--max-tokens", "7"], "setting": []}
     sent = {}

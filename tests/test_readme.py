@@ -11,6 +11,7 @@ import sys
 import xml.etree.ElementTree as ET
 
 import pexpect
+import pyte
 import pytest
 from conftest import ROOT, clean_env, run_agent
 
@@ -134,3 +135,35 @@ def test_the_quick_start_names_files_that_exist():
     quick_start = README[README.index("## Quick start") :].split("\n## ")[0]
     for name in ("config.example.env", "examples/tool_demo.jsonl"):
         assert name in quick_start and (ROOT / name).is_file(), name
+
+
+def shown_run() -> list[str]:
+    """The lines of the run the README's "What you see" shows."""
+    section = README[README.index("## What you see") :].split("\n## ")[0]
+    return section.split("```\n")[1].splitlines()
+
+
+@pytest.mark.posix("the replay on a pseudo-terminal (pexpect.spawn)")
+def test_what_you_see_is_what_the_quick_starts_replay_shows_on_a_terminal(app):
+    # The quick start's step 4 typed as it stands, in a copy (the default workdir is the copy's
+    # playground/), and y typed at the prompt: the screen is the README's block, line for line.
+    shutil.copytree(ROOT / "examples", app / "examples")
+    quick_start = README[README.index("## Quick start") :].split("\n## ")[0]
+    (command,) = re.findall(r"^\s*(python agent\.py --replay .*)$", quick_start, re.MULTILINE)
+    child = pexpect.spawn(
+        sys.executable, command.split()[1:], cwd=str(app), env=clean_env(LLM_API_KEY=""),
+        encoding="utf-8", timeout=60, dimensions=(40, 200),
+    )  # fmt: skip
+    try:
+        child.expect_exact("Run it? ")
+        shown = child.before + child.after
+        child.sendline("y")
+        child.expect(pexpect.EOF)
+        shown += child.before
+    finally:
+        child.close(force=True)
+    screen = pyte.Screen(200, 40)
+    pyte.Stream(screen).feed(shown)
+    lines = [line.rstrip() for line in screen.display if line.strip()]
+    lines[0] = lines[0].replace(str(app), ".../minimal-agent")
+    assert lines == shown_run()
