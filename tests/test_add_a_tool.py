@@ -9,12 +9,13 @@ import json
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_agent, stub_env
 from fake_model import reply, tool_call
-from lesson_edit import add_tool, lesson_tools_only
+from lesson_edit import add_tool, lesson_tools_only, tool_map_names
 from stub_server import StubServer
 from test_readme import add_a_tool_pieces
 
@@ -379,20 +380,82 @@ def test_two_schemas_of_one_tool_are_refused(monkeypatch):
         agent.check_tools()
 
 
+# A tool of a learner's own, beside the README's: the suite may depend on neither.
+WORD_COUNT_FUNCTION = '''
+def word_count(ws, path):
+    """How many words a file of the workdir holds."""
+    return str(len(read_file(ws, path).split()))
+'''
+WORD_COUNT_SCHEMA = """
+    {
+        "type": "function",
+        "function": {
+            "name": "word_count",
+            "description": "Count the words of a file in the workdir.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "The file."}},
+                "required": ["path"],
+            },
+        },
+    },
+"""
+# The tests that read agent.py's text, or its TOOLS and TOOL_MAP, or edit a copy of it: those
+# a learner's new tool could reach (the whole suite is run on such a copy by hand, not here).
+ON_AGENT_PY = ["test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py",
+               "test_learner_tools.py"]  # fmt: skip
+
+
+def learner_adds_tools(agent_py: Path) -> None:
+    """The README's "Add a tool" done as it says, unless this checkout holds list_dir already
+    (a learner who took the step, then runs pytest), and a tool of the learner's own."""
+    names = tool_map_names(agent_py)
+    if "list_dir" not in names:
+        add_tool(agent_py, *readme_pieces())
+    if "word_count" not in names:
+        add_tool(agent_py, WORD_COUNT_FUNCTION, WORD_COUNT_SCHEMA, '"word_count": word_count')
+
+
+def failures_in(copy: Path, files: list[str]) -> tuple[list[str], str]:
+    """Run the tests in files in the copy as the README says (pytest); each failing test as
+    "its id: the first line of what it said", and the tail of pytest's output."""
+    report = copy / "report.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         f"--junitxml={report}", "-k", "not keeps_the_suite_green",
+         *(f"tests/{name}" for name in files)],
+        cwd=copy, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    if not report.exists():
+        return [f"pytest ended with exit code {proc.returncode} before running a test"], tail
+    failed = []
+    for case in ET.parse(report).iter("testcase"):
+        for outcome in case:
+            if outcome.tag in ("failure", "error"):
+                said = (outcome.get("message") or outcome.text or "").strip().splitlines()
+                name = f"{case.get('classname')}.{case.get('name')}"
+                failed.append(f"{name}: {said[0] if said else outcome.tag}")
+    if proc.returncode != 0 and not failed:
+        failed.append(f"pytest ended with exit code {proc.returncode}")
+    return failed, tail
+
+
 @pytest.mark.timeout(300)
-def test_a_learner_who_pastes_the_readmes_tool_keeps_the_suite_green(tmp_path):
-    # The README's "Add a tool" pasted into agent.py as it says, then the tests that read or
-    # edit agent.py run as the README says next: none may depend on the shipped file's text.
+@pytest.mark.parametrize("checkout", ["as it is", "with the README's tool and one of their own"])
+def test_a_learner_who_adds_a_tool_keeps_the_suite_green(tmp_path, checkout):
+    # The checkout copied as it is (a learner's edits and all), and a copy of it where the
+    # learner has added the README's list_dir as "Add a tool" says (unless it is there
+    # already) and a tool of their own; then the tests that read or edit agent.py, run as "Test
+    # your change" says: none may depend on the shipped file's text or tools.
     copy = tmp_path / "project"
     unneeded = (".git", "*venv", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis")
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*unneeded))
-    function, schema, entry = readme_pieces()
-    add_tool(copy / "agent.py", function, schema, entry)
-    files = ["test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-         "-k", "not keeps_the_suite_green", *(f"tests/{name}" for name in files)],
-        cwd=copy, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert " passed" in proc.stdout.splitlines()[-1]
+    if checkout != "as it is":
+        learner_adds_tools(copy / "agent.py")
+    failed, tail = failures_in(copy, ON_AGENT_PY)
+    assert not failed, (
+        f"in a copy of the checkout {checkout}, {len(failed)} test(s) fail: {failed[0]}\n"
+        + "\n".join(failed[1:])
+        + f"\n\npytest's output ends:\n{tail}"
+    )
