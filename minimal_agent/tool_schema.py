@@ -88,7 +88,9 @@ def misspelled_key(tool: object) -> str | None:
     ("propertes" for "properties"), in words that finish "the schema of the tool X in TOOLS
     ...", or None. Parameter names are the learner's own, never checked."""
     for key, place in keys_of(tool):
-        if key in README_KEYS or key in SCHEMA_KEYS or key.startswith("x-"):
+        if not isinstance(key, str) or key in README_KEYS or key in SCHEMA_KEYS:
+            continue
+        if key.startswith("x-"):  # a vendor's extension
             continue
         import difflib  # here: only an unknown key needs it, and every start checks the tools
 

@@ -369,6 +369,8 @@ def test_keys_that_json_schema_knows_and_the_learners_own_parameter_names_are_no
     )  # fmt: skip
     tool = {"type": "function", "function": {"name": "t", "strict": False, "parameters": schema}}
     assert tool_schema.schema_mistake(tool) is None
+    tool["function"][7] = "a key that is no string"  # json.dumps would write "7": not a typo
+    assert tool_schema.schema_mistake(tool) is None
 
 
 def test_two_schemas_of_one_tool_are_refused(monkeypatch):
