@@ -174,7 +174,6 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
-        formatter_class=HelpFormatter,
         description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
         "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
         "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
@@ -350,44 +349,6 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str):
         self.mistake = message
         super().error(message)
-
-
-class HelpFormatter(argparse.HelpFormatter):
-    """argparse's help, laid out the same, but sized without shutil and wrapped without
-    textwrap: --help starts that much sooner (tests/benchmark.py, figure (a))."""
-
-    def __init__(self, prog: str, **options) -> None:
-        options.setdefault("width", terminal_width() - 2)  # as argparse sizes it
-        super().__init__(prog, **options)
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        return wrapped(text, width)
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        return "\n".join(indent + line for line in wrapped(text, width - len(indent)))
-
-
-def terminal_width() -> int:
-    """The columns shutil.get_terminal_size() would give: COLUMNS, else the terminal's, else 80."""
-    columns = os.environ.get("COLUMNS", "")
-    if columns.isdigit() and int(columns) > 0:
-        return int(columns)
-    try:
-        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80
-    except (AttributeError, ValueError, OSError):
-        return 80
-
-
-def wrapped(text: str, width: int) -> list[str]:
-    """text's words in lines of at most width characters (a longer word on a line of its own)."""
-    lines, line = [], ""
-    for word in text.split():
-        if line and len(line) + 1 + len(word) > width:
-            lines.append(line)
-            line = word
-        else:
-            line = f"{line} {word}" if line else word
-    return [*lines, line] if line else lines
 
 
 def positive(kind):
@@ -619,6 +580,7 @@ def open_session(
         ),
         events=stream,
         prompt=Prompt(typed, config["api_key"]),  # --no-save: no history of typed lines
+        replayed=bool(args.replay),
     )
 
 

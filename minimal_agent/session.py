@@ -42,7 +42,8 @@ class Session:
     the conversation inside the model's context window; describe(error) gives the one line
     for a failed request (errors.describe_api_error with the settings), or None. events
     (minimal_agent.events.Events) gets what happens, for the readers subscribed to it;
-    prompt (minimal_agent.prompt.Prompt) reads --chat's messages.
+    prompt (minimal_agent.prompt.Prompt) reads --chat's messages. replayed: the replies come
+    from a transcript (--replay), so no tokens are counted and nothing is spent.
     """
 
     def __init__(
@@ -65,6 +66,7 @@ class Session:
         describe=None,
         events: Events | None = None,
         prompt: Prompt | None = None,
+        replayed: bool = False,
     ) -> None:
         self.workspace = workspace
         self.events = events or Events()
@@ -108,6 +110,7 @@ class Session:
         self.thinking, self.effort = thinking, effort  # "on"/"off", EFFORTS; unset: the server's
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
         self.prices, self.max_cost, self.window = prices, max_cost, window
+        self.replayed = replayed
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
@@ -326,7 +329,7 @@ class Session:
         return summarize
 
     def check_budget(self) -> None:
-        if self.max_cost is None:
+        if self.max_cost is None or self.replayed:  # a replayed reply costs nothing
             return
         budget = cost.money(self.max_cost, self.prices.currency)
         if self.total["unknown"]:  # what it cost cannot be known, so neither what is left
@@ -428,6 +431,9 @@ class Session:
         return True
 
     def counts(self, totals: dict) -> str:
+        steps = f"steps {totals['steps']}, tool calls {totals['tool_calls']}"
+        if self.replayed:  # no server counted tokens, and nothing was paid
+            return f"{steps}; the replies were replayed: no tokens, no cost"
         usage = totals["usage"]
         money = ""
         if self.prices:
@@ -437,8 +443,7 @@ class Session:
             known = f"{money} + unknown" if totals["cost"] else ", cost unknown"
             money = f"{known} (no usage reported for {replies})"
         return (
-            f"steps {totals['steps']}, tool calls {totals['tool_calls']}, "
-            f"prompt tokens {usage['prompt_tokens']}, "
+            f"{steps}, prompt tokens {usage['prompt_tokens']}, "
             f"cache-hit tokens {usage['cache_hit_tokens']}, "
             f"completion tokens {usage['completion_tokens']}{money}"
         )

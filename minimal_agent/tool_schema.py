@@ -16,6 +16,19 @@ TYPES = {  # JSON schema type -> the Python types json.loads gives for it
     "object": (dict,),
     "null": (type(None),),
 }
+# The keys the README's "Add a tool" names. A key a letter or two away from one of them is a
+# typo ("propertes") that JSON Schema would silently ignore, so it is named at start-up.
+README_KEYS = ("properties", "required", "description", "parameters", "type")
+# JSON Schema's (and the Chat Completions API's) other keys, some close to those by spelling.
+SCHEMA_KEYS = frozenset(
+    "$schema $id $ref $defs $comment $anchor definitions title default examples deprecated "
+    "readOnly writeOnly enum const multipleOf maximum exclusiveMaximum minimum exclusiveMinimum "
+    "maxLength minLength pattern format contentEncoding contentMediaType maxItems minItems "
+    "uniqueItems maxContains minContains items prefixItems contains additionalItems "
+    "unevaluatedItems maxProperties minProperties dependentRequired patternProperties "
+    "additionalProperties unevaluatedProperties propertyNames dependentSchemas dependencies "
+    "allOf anyOf oneOf not if then else nullable strict name function".split()
+)
 JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a boolean",
               list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
 
@@ -37,6 +50,9 @@ def tool_label(tool: object, number: int) -> str:
 def schema_mistake(tool: object) -> str | None:
     """What makes a TOOLS entry unusable, in words that finish "the schema of the tool X in
     TOOLS ...", or None."""
+    misspelled = misspelled_key(tool)
+    if misspelled:
+        return misspelled
     if isinstance(tool, dict) and "name" in tool and "function" not in tool:
         return (
             'is in the Responses API\'s flat form ("name" beside "type"): the Chat Completions '
@@ -65,6 +81,47 @@ def schema_mistake(tool: object) -> str | None:
         if name not in properties:
             return f"lists {name!r} as required, but it is not one of its properties"
     return None
+
+
+def misspelled_key(tool: object) -> str | None:
+    """The first key of a TOOLS entry that looks like a misspelling of one the README names
+    ("propertes" for "properties"), in words that finish "the schema of the tool X in TOOLS
+    ...", or None. Parameter names are the learner's own, never checked."""
+    for key, place in keys_of(tool):
+        if not isinstance(key, str) or key in README_KEYS or key in SCHEMA_KEYS:
+            continue
+        if key.startswith("x-"):  # a vendor's extension
+            continue
+        import difflib  # here: only an unknown key needs it, and every start checks the tools
+
+        meant = difflib.get_close_matches(key, README_KEYS, n=1, cutoff=0.75)
+        if meant:
+            where = f" in {place}" if place else ""
+            return f'has the key "{key}"{where}, likely a misspelling of "{meant[0]}": correct it'
+    return None
+
+
+def keys_of(schema: object, place: str = "", parameter: str = ""):
+    """Each key of (a part of) a TOOLS entry, with the place it is in ('"parameters"', "the
+    parameter 'path'"), walking into "function", "parameters", each property (parameter is
+    the property's dotted name), "items" and the alternatives of "anyOf" and the like."""
+    if not isinstance(schema, dict):
+        return
+    for key in schema:
+        yield key, place
+    for part in ("function", "parameters"):
+        if not parameter and isinstance(schema.get(part), dict):  # the entry's, not a property's
+            yield from keys_of(schema[part], f'"{part}"')
+    if isinstance(schema.get("properties"), dict):
+        for name, prop in schema["properties"].items():
+            path = f"{parameter}.{name}" if parameter else str(name)
+            yield from keys_of(prop, f"the parameter {path!r}", path)
+    if isinstance(schema.get("items"), dict):
+        yield from keys_of(schema["items"], f"the items of {place}", parameter)
+    for alternatives in ("anyOf", "oneOf", "allOf"):
+        if isinstance(schema.get(alternatives), list):
+            for choice in schema[alternatives]:
+                yield from keys_of(choice, place, parameter)
 
 
 def known_type(prop: object) -> bool:

@@ -36,6 +36,13 @@ def lesson_tools_only(path: Path) -> None:
     path.write_text(source, encoding="utf-8")
 
 
+def tool_map_names(path: Path) -> list[str]:
+    """The tool names the copy at path has in TOOL_MAP (the README's list_dir, once a learner
+    has added it)."""
+    tool_map = assignment(path.read_text(encoding="utf-8"), "TOOL_MAP")
+    return [key.value for key in tool_map.keys if isinstance(key, ast.Constant)]
+
+
 def add_tool(path: Path, function: str = "", schema: str = "", entry: str = "") -> None:
     """Add a function above TOOLS, a schema (source text of one TOOLS item) at the end of
     TOOLS and an entry ('"name": function') at the end of TOOL_MAP, each only if given."""

@@ -9,12 +9,13 @@ import json
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_agent, stub_env
 from fake_model import reply, tool_call
-from lesson_edit import add_tool, lesson_tools_only
+from lesson_edit import add_tool, lesson_tools_only, tool_map_names
 from stub_server import StubServer
 from test_readme import add_a_tool_pieces
 
@@ -304,6 +305,74 @@ def test_a_nullable_type_any_of_and_an_enum_of_booleans_are_checked_as_json_sees
     )
 
 
+def with_required(schema_text: str) -> str:
+    """The README's schema with "required": ["path"] added to its parameters."""
+    return schema_text.replace('"properties": {', '"required": ["path"],\n"properties": {', 1)
+
+
+@pytest.mark.parametrize(
+    "wrong, right, schema",
+    [
+        ("propertes", "properties", readme_pieces()[1]),
+        ("requried", "required", with_required(readme_pieces()[1])),
+        ("descripton", "description", readme_pieces()[1]),
+        ("parameter", "parameters", readme_pieces()[1]),
+        ("tpye", "type", readme_pieces()[1]),
+    ],
+    ids=["propertes", "requried", "descripton", "parameter", "tpye"],
+)
+def test_a_misspelled_key_stops_the_agent_in_one_line_naming_it(app, workdir, wrong, right, schema):
+    # Each misspelled once, the first time the README's schema has it: a key JSON Schema
+    # does not know is ignored, so the model would get a tool without its parameters (or
+    # required ones as optional), and the learner find out only when a call fails, or never.
+    readme_function, _, entry = readme_pieces()
+    edit(app, function=readme_function, schema=schema.replace(f'"{right}"', f'"{wrong}"', 1),
+         entry=entry)  # fmt: skip
+    line = stopped_before_any_request(app, workdir)
+    named = f"error: the schema of the tool 'list_dir' in TOOLS has the key \"{wrong}\""
+    assert line.startswith(named), line
+    assert line.endswith(f'likely a misspelling of "{right}": correct it'), line
+
+
+@pytest.mark.parametrize(
+    "tool, said",
+    [
+        (
+            {"type": "function", "function": {"name": "t", "Description": "Says hi."}},
+            'has the key "Description" in "function", likely a misspelling of "description"',
+        ),
+        (
+            {"type": "function", "function": {"name": "t", "parameters": schema_of(
+                person={"type": "object", "properties": {"home": {"typ": "string"}}})}},
+            """has the key "typ" in the parameter 'person.home', likely a misspelling of "type\"""",
+        ),
+        (
+            {"type": "function", "function": {"name": "t", "parameters": schema_of(
+                tags={"type": "array", "items": {"type": "string", "descriptions": "A tag."}})}},
+            """has the key "descriptions" in the items of the parameter 'tags', likely a """
+            """misspelling of "description\"""",
+        ),
+    ],
+    ids=["in-function", "in-a-nested-parameter", "in-items"],
+)  # fmt: skip
+def test_a_misspelled_key_is_found_where_it_is(tool, said):
+    assert tool_schema.schema_mistake(tool) == f"{said}: correct it"
+
+
+def test_keys_that_json_schema_knows_and_the_learners_own_parameter_names_are_no_misspellings():
+    # A parameter may be called "type" or "propertes"; maxProperties, patternProperties and
+    # propertyNames are spelled like properties but are JSON Schema's own; x- keys are vendors'.
+    schema = schema_of(
+        type={"type": "string", "x-type": "path", "title": "Type"},
+        propertes={"type": "object", "maxProperties": 3, "propertyNames": {"pattern": "^a"},
+                   "patternProperties": {"^a": {"type": "string"}}},
+    )  # fmt: skip
+    tool = {"type": "function", "function": {"name": "t", "strict": False, "parameters": schema}}
+    assert tool_schema.schema_mistake(tool) is None
+    tool["function"][7] = "a key that is no string"  # json.dumps would write "7": not a typo
+    assert tool_schema.schema_mistake(tool) is None
+
+
 def test_two_schemas_of_one_tool_are_refused(monkeypatch):
     import agent
     from minimal_agent.errors import AgentError
@@ -313,20 +382,82 @@ def test_two_schemas_of_one_tool_are_refused(monkeypatch):
         agent.check_tools()
 
 
+# A tool of a learner's own, beside the README's: the suite may depend on neither.
+WORD_COUNT_FUNCTION = '''
+def word_count(ws, path):
+    """How many words a file of the workdir holds."""
+    return str(len(read_file(ws, path).split()))
+'''
+WORD_COUNT_SCHEMA = """
+    {
+        "type": "function",
+        "function": {
+            "name": "word_count",
+            "description": "Count the words of a file in the workdir.",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "The file."}},
+                "required": ["path"],
+            },
+        },
+    },
+"""
+# The tests that read agent.py's text, or its TOOLS and TOOL_MAP, or edit a copy of it: those
+# a learner's new tool could reach (the whole suite is run on such a copy by hand, not here).
+ON_AGENT_PY = ["test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py",
+               "test_learner_tools.py"]  # fmt: skip
+
+
+def learner_adds_tools(agent_py: Path) -> None:
+    """The README's "Add a tool" done as it says, unless this checkout holds list_dir already
+    (a learner who took the step, then runs pytest), and a tool of the learner's own."""
+    names = tool_map_names(agent_py)
+    if "list_dir" not in names:
+        add_tool(agent_py, *readme_pieces())
+    if "word_count" not in names:
+        add_tool(agent_py, WORD_COUNT_FUNCTION, WORD_COUNT_SCHEMA, '"word_count": word_count')
+
+
+def failures_in(copy: Path, files: list[str]) -> tuple[list[str], str]:
+    """Run the tests in files in the copy as the README says (pytest); each failing test as
+    "its id: the first line of what it said", and the tail of pytest's output."""
+    report = copy / "report.xml"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
+         f"--junitxml={report}", "-k", "not keeps_the_suite_green",
+         *(f"tests/{name}" for name in files)],
+        cwd=copy, capture_output=True, text=True, timeout=280,
+    )  # fmt: skip
+    tail = (proc.stdout + proc.stderr)[-3000:]
+    if not report.exists():
+        return [f"pytest ended with exit code {proc.returncode} before running a test"], tail
+    failed = []
+    for case in ET.parse(report).iter("testcase"):
+        for outcome in case:
+            if outcome.tag in ("failure", "error"):
+                said = (outcome.get("message") or outcome.text or "").strip().splitlines()
+                name = f"{case.get('classname')}.{case.get('name')}"
+                failed.append(f"{name}: {said[0] if said else outcome.tag}")
+    if proc.returncode != 0 and not failed:
+        failed.append(f"pytest ended with exit code {proc.returncode}")
+    return failed, tail
+
+
 @pytest.mark.timeout(300)
-def test_a_learner_who_pastes_the_readmes_tool_keeps_the_suite_green(tmp_path):
-    # The README's "Add a tool" pasted into agent.py as it says, then the tests that read or
-    # edit agent.py run as the README says next: none may depend on the shipped file's text.
+@pytest.mark.parametrize("checkout", ["as it is", "with the README's tool and one of their own"])
+def test_a_learner_who_adds_a_tool_keeps_the_suite_green(tmp_path, checkout):
+    # The checkout copied as it is (a learner's edits and all), and a copy of it where the
+    # learner has added the README's list_dir as "Add a tool" says (unless it is there
+    # already) and a tool of their own; then the tests that read or edit agent.py, run as "Test
+    # your change" says: none may depend on the shipped file's text or tools.
     copy = tmp_path / "project"
     unneeded = (".git", "*venv", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis")
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*unneeded))
-    function, schema, entry = readme_pieces()
-    add_tool(copy / "agent.py", function, schema, entry)
-    files = ["test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2",
-         "-k", "not keeps_the_suite_green", *(f"tests/{name}" for name in files)],
-        cwd=copy, capture_output=True, text=True, timeout=280,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert " passed" in proc.stdout.splitlines()[-1]
+    if checkout != "as it is":
+        learner_adds_tools(copy / "agent.py")
+    failed, tail = failures_in(copy, ON_AGENT_PY)
+    assert not failed, (
+        f"in a copy of the checkout {checkout}, {len(failed)} test(s) fail: {failed[0]}\n"
+        + "\n".join(failed[1:])
+        + f"\n\npytest's output ends:\n{tail}"
+    )

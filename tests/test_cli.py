@@ -475,30 +475,28 @@ def test_help_lists_every_option_and_imports_nothing_it_does_not_need():
     assert max(len(line) for line in proc.stdout.splitlines()) <= 98  # COLUMNS, less 2
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "json" in imported and "argparse" in imported  # the import log works
-    # The SDK and dotenv, the pricing, threads, subprocesses, signals, and what argparse's own
-    # formatter would import (shutil for the width, textwrap): none of it is needed for --help.
-    unneeded = {"openai", "dotenv", "urllib.request",
-                "threading", "subprocess", "signal", "shutil", "textwrap"}  # fmt: skip
+    # The SDK and dotenv, the pricing, threads, subprocesses, signals: none of it is needed for
+    # --help (argparse's own formatter brings shutil and textwrap, which it needs).
+    unneeded = {"openai", "dotenv", "urllib.request", "threading", "subprocess", "signal"}
     assert not {name for name in imported if name in unneeded or name.split(".")[0] in unneeded}
 
 
 @pytest.mark.parametrize("columns", ["100", "60"])
-def test_help_is_laid_out_as_argparse_lays_it_out(columns, monkeypatch):
-    # The formatter that spares --help shutil and textwrap gives argparse's layout: the same
-    # text in the same order, within the terminal's width, a word cut at a hyphen kept whole.
-    import argparse
-
-    monkeypatch.setenv("COLUMNS", columns)
-    ours = cli.build_parser(agent).format_help()
-    parser = cli.build_parser(agent)
-    parser.formatter_class = argparse.HelpFormatter
-    theirs = parser.format_help()
-    assert "".join(ours.split()) == "".join(theirs.split())
-    assert [line[:24].strip() for line in ours.splitlines() if line.startswith("  -")] == [
-        line[:24].strip() for line in theirs.splitlines() if line.startswith("  -")
-    ]
-    for line in ours.splitlines():
+def test_help_fits_the_terminal_and_keeps_every_word(columns):
+    # argparse's own layout: every line within the terminal's width (less 2, as argparse
+    # sizes it), each option at the start of a line, and no word of any help text lost.
+    proc = run_agent("--help", env=clean_env(COLUMNS=columns))
+    assert proc.returncode == 0 and proc.stderr == ""
+    lines = proc.stdout.splitlines()
+    for line in lines:
         assert len(line) <= int(columns) - 2 or " " not in line.strip(), line
+    parser = cli.build_parser(agent)
+    starts = [line.split()[0].rstrip(",") for line in lines if line.startswith("  -")]
+    options = [action.option_strings[0] for action in parser._actions if action.option_strings]
+    assert starts == options
+    flat = "".join(proc.stdout.split())
+    for text in (parser.description, parser.epilog):
+        assert "".join(text.split()) in flat
 
 
 def test_show_prints_a_transcript_as_a_timeline(tmp_path):
@@ -550,6 +548,19 @@ def test_the_example_transcript_replays_offline_with_no_key(workdir):
     messages = saved_messages(example)
     assert messages[0]["content"] == agent.SYSTEM_PROMPT  # still matches the program
     assert messages[1]["content"] == cli.DEMO_TASK
+
+
+@pytest.mark.posix("the demo task runs python3, a name Windows may not have")
+def test_a_replay_says_its_replies_were_replayed_and_no_budget_stops_it(workdir):
+    # No server counted tokens and nothing was paid: the totals line says so, rather than
+    # "prompt tokens 0 ... cost unknown (no usage reported for 4 replies)", and a budget set
+    # in the user's settings has nothing to stop (it stopped the second request).
+    example = ROOT / "examples" / "tool_demo.jsonl"
+    offline = clean_env(LLM_API_KEY="", LLM_MAX_COST="0.01")
+    proc = run_in_process("--workdir", str(workdir), "--yes", "--replay", str(example), env=offline)
+    assert proc.returncode == 0, proc.stderr
+    last = proc.stderr.splitlines()[-1]
+    assert last == "steps 4, tool calls 3; the replies were replayed: no tokens, no cost"
 
 
 def test_max_tokens_is_sent_only_when_asked_for(workdir):

@@ -8,9 +8,11 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 import xml.etree.ElementTree as ET
 
 import pexpect
+import pyte
 import pytest
 from conftest import ROOT, clean_env, run_agent
 
@@ -134,3 +136,81 @@ def test_the_quick_start_names_files_that_exist():
     quick_start = README[README.index("## Quick start") :].split("\n## ")[0]
     for name in ("config.example.env", "examples/tool_demo.jsonl"):
         assert name in quick_start and (ROOT / name).is_file(), name
+
+
+def shown_run() -> list[str]:
+    """The lines of the run the README's "What you see" shows."""
+    section = README[README.index("## What you see") :].split("\n## ")[0]
+    return section.split("```\n")[1].splitlines()
+
+
+@pytest.mark.posix("the replay on a pseudo-terminal (pexpect.spawn)")
+def test_what_you_see_is_what_the_quick_starts_replay_shows_on_a_terminal(app):
+    # The quick start's step 4 typed as it stands, in a copy (the default workdir is the copy's
+    # playground/), and y typed at the prompt: the screen is the README's block, line for line.
+    shutil.copytree(ROOT / "examples", app / "examples")
+    quick_start = README[README.index("## Quick start") :].split("\n## ")[0]
+    (command,) = re.findall(r"^\s*(python agent\.py --replay .*)$", quick_start, re.MULTILINE)
+    child = pexpect.spawn(
+        sys.executable, command.split()[1:], cwd=str(app), env=clean_env(LLM_API_KEY=""),
+        encoding="utf-8", timeout=60, dimensions=(40, 200),
+    )  # fmt: skip
+    try:
+        child.expect_exact("Run it? ")
+        shown = child.before + child.after
+        child.sendline("y")
+        child.expect(pexpect.EOF)
+        shown += child.before
+    finally:
+        child.close(force=True)
+    screen = pyte.Screen(200, 40)
+    pyte.Stream(screen).feed(shown)
+    lines = [line.rstrip() for line in screen.display if line.strip()]
+    lines[0] = lines[0].replace(str(app), ".../minimal-agent")
+    assert lines == shown_run()
+
+
+# --- README.zh-CN.md: the learner's path for the course's Chinese learners ----------------
+
+README_ZH = (ROOT / "README.zh-CN.md").read_text(encoding="utf-8")
+LEARNERS_PATH = {  # each section of the English README and its Chinese one
+    "Quick start": "快速开始",
+    "What you see": "回放时你会看到什么",
+    "Debugging tour (VS Code and PyCharm)": "调试之旅（VS Code 和 PyCharm）",
+    "Add a tool": "添加一个工具",
+    "Test your change": "测试你的修改",
+}
+FENCED = re.compile(r"^ *```.*?^ *``` *$", re.MULTILINE | re.DOTALL)
+CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)")
+
+
+def section_of(text: str, heading: str) -> str:
+    return text[text.index(f"\n## {heading}\n") :].split("\n## ")[1]
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The fenced code blocks of text, each without the indent of the list item it is in."""
+    return [textwrap.dedent(block) for block in FENCED.findall(text)]
+
+
+@pytest.mark.parametrize("english, chinese", LEARNERS_PATH.items(), ids=list(LEARNERS_PATH))
+def test_the_chinese_readme_has_the_english_ones_code_blocks(english, chinese):
+    blocks = fenced_blocks(section_of(README, english))
+    assert blocks, english
+    assert fenced_blocks(section_of(README_ZH, chinese)) == blocks
+
+
+def test_every_command_and_name_in_the_chinese_readme_is_the_english_ones():
+    # Inline code too (commands, names, the line a run without a key prints): word for word,
+    # wherever the English README wraps it.
+    english = " ".join(FENCED.sub("", README).split())
+    for span in CODE_SPAN.findall(FENCED.sub("", README_ZH)):
+        assert f"`{' '.join(span.split())}`" in english, span
+
+
+def test_the_readme_links_the_chinese_one_in_its_first_lines_and_back():
+    assert "(README.zh-CN.md)" in "".join(README.splitlines()[:5])
+    assert "(README.md)" in "".join(README_ZH.splitlines()[:5])
+    assert "\n## " + "\n## ".join(LEARNERS_PATH.values()) == "".join(
+        "\n" + line for line in README_ZH.splitlines() if line.startswith("## ")
+    )
