@@ -150,17 +150,25 @@ def test_v_shows_the_whole_command_in_the_pager_then_asks_again(workdir, tmp_pat
     )
 
 
+# One process that says it started, then sleeps until Ctrl-C ends it (as `touch; sleep` in a
+# shell, it had a moment between its two processes when the test's Ctrl-C could come).
+PAGER_THAT_SLEEPS = (
+    f'"{sys.executable}" -c "import pathlib, signal, time; signal.signal(signal.SIGINT, '
+    "signal.SIG_DFL); pathlib.Path('{}').touch(); time.sleep(20)\""
+)
+
+
 @on_a_terminal
 def test_ctrl_c_in_the_pager_is_the_pagers_and_the_question_is_asked_again(workdir, tmp_path):
     started = tmp_path / "pager.started"
     with StubServer([shell_call(CURL_42), reply("done")]) as server:
         child = agent_on_terminal(
-            server, 24, 60, "--workdir", str(workdir), "go", PAGER=f"touch '{started}'; sleep 20"
+            server, 24, 60, "--workdir", str(workdir), "go", PAGER=PAGER_THAT_SLEEPS.format(started)
         )
         child.expect_exact(RUN_IT)
         child.sendline("v")
         wait_for(started.exists, "the pager never started")
-        child.sendintr()  # to the whole foreground group: the pager's shell ends
+        child.sendintr()  # to the whole foreground group: the pager ends
         child.expect_exact(RUN_IT, timeout=10)  # not the 20 s of its sleep, not "interrupted"
         child.sendline("n")
         child.expect_exact("done")
