@@ -107,6 +107,7 @@ def check_replays_offline(proxy, tmp_path, save, live, max_steps: str, cut_off: 
     before = len(proxy.exchanges)
     env = clean_env(LLM_API_KEY="", LLM_BASE_URL=f"{proxy.url}/v1", LLM_MAX_TOKENS="")
     workdir = tmp_path / "replay"
+    workdir.mkdir()  # a --workdir that does not exist is taken for a typo
     options = ["--workdir", str(workdir), "--yes", "--max-steps", max_steps]
     replayed = run_agent(*options, "--replay", str(save), env=env, timeout=120)
     assert len(proxy.exchanges) == before  # nothing was sent anywhere near the server
