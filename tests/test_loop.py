@@ -76,7 +76,8 @@ def test_several_calls_in_one_message_are_answered_once_each_in_order(workdir):
         (
             "delete_everything",
             "{}",
-            "there is no tool 'delete_everything'; the tools are read_file",
+            # every tool named, in TOOL_MAP's order, wherever a learner added theirs
+            f"there is no tool 'delete_everything'; the tools are {', '.join(agent.TOOL_MAP)}",
         ),
         ("read_file", '{"path": "a.txt"', "not valid JSON"),  # cut off
         ("read_file", "path=a.txt", "not valid JSON"),

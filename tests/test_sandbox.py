@@ -427,10 +427,18 @@ def test_a_fork_bomb_is_bounded_by_the_process_limit():
     become = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] * (os.geteuid() == 0)
     with tempfile.TemporaryDirectory(dir="/var/tmp") as folder:
         Path(folder, "forks.py").write_text(FORKS)
+        # The agent's code copied where nobody can read it: a checkout in a folder of mode
+        # 700 (mktemp -d, a home folder) is out of nobody's reach.
+        code = Path(folder, "code")
+        project = Path(agent.__file__).parent
+        shutil.copytree(project / "minimal_agent", code / "minimal_agent")
+        for name in ("agent.py", "model_client.py"):
+            shutil.copy(project / name, code / name)
         if become:
-            os.chown(folder, 65534, 65534)
+            for path in [Path(folder), *Path(folder).rglob("*")]:
+                os.chown(path, 65534, 65534)
         ran = subprocess.run(
-            [*become, sys.executable, "-c", RUN_FORKS, str(Path(agent.__file__).parent), folder],
+            [*become, sys.executable, "-c", RUN_FORKS, str(code), folder],
             capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert ran.stdout.startswith("started "), ran.stderr
