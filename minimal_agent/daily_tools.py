@@ -45,7 +45,7 @@ def read_file(ws, path: str, offset: int | None = None, limit: int | None = None
         raise FileNotFoundError(f"{path} does not exist or is not a regular file")
     if offset is None and limit is None:
         return files.read_capped(ws.folder, file, ws.max_result_chars)
-    offset, limit = offset or 1, limit or LINES
+    offset, limit = 1 if offset is None else offset, LINES if limit is None else limit
     if offset < 1 or limit < 1:
         return "Error: offset and limit count lines from 1: give numbers of 1 or more"
     with files.open_regular(ws.folder, file) as handle:
@@ -256,7 +256,7 @@ def search(ws, pattern: str, path: str = ".", glob: str | None = None) -> str:
         return problem
     start = start_of(ws, path)
     request = {"tool": "search", "pattern": pattern, "glob": glob, **start}
-    found, done = searching.run({**request, "private": ws.private})
+    found, done = searching.run({**request, "private": ws.private, "max": searching.MAX_MATCHES})
     lines = [f"{p}:{number}: {text}" for p, number, text in (r["match"] for r in found)]
     if done is None:
         lines.append(
@@ -277,7 +277,13 @@ def list_files(ws, pattern: str = "**") -> str:
     if problem:
         return problem
     found, done = searching.run(
-        {"tool": "list_files", "pattern": pattern, **start_of(ws, "."), "private": ws.private}
+        {
+            "tool": "list_files",
+            "pattern": pattern,
+            **start_of(ws, "."),
+            "private": ws.private,
+            "max": searching.MAX_PATHS,
+        }  # fmt: skip
     )
     if done is None:
         return (

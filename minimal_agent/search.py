@@ -82,7 +82,7 @@ def say(record: dict) -> None:
 
 
 def grep(request: dict) -> dict:
-    """Print the first MAX_MATCHES matches of the pattern in the walked files' lines as
+    """Print the first request["max"] matches of the pattern in the walked files' lines as
     {"match": [path, line number, text]}; return the counts."""
     pattern = re.compile(request["pattern"])
     wanted = request.get("glob") and glob_regex(request["glob"], anywhere=True)
@@ -106,7 +106,7 @@ def grep(request: dict) -> dict:
         for number, line in enumerate(text.split("\n"), 1):
             line = line.removesuffix("\r")
             if pattern.search(line):
-                if shown < MAX_MATCHES:
+                if shown < request["max"]:
                     say({"match": [path, number, line[:MAX_LINE]]})
                     shown += 1
                 else:
@@ -115,7 +115,7 @@ def grep(request: dict) -> dict:
 
 
 def listing(request: dict) -> dict:
-    """Print the newest MAX_PATHS paths that match the glob as {"path": path}, newest first;
+    """Print the newest request["max"] paths that match the glob as {"path": path}, newest first;
     return how many more matched."""
     wanted = glob_regex(request["pattern"], anywhere=False)
     newest: list[tuple[float, str]] = []
@@ -129,7 +129,7 @@ def listing(request: dict) -> dict:
         except OSError:
             continue
         item = (stamp, path)
-        if len(newest) < MAX_PATHS:
+        if len(newest) < request["max"]:
             heapq.heappush(newest, item)
         else:
             heapq.heappushpop(newest, item)
