@@ -236,9 +236,9 @@ def edited(path: str, new_text: str, places: list[int], old: str, new: str) -> s
     last = first[0] + max(line_count(new) - 1, 0)
     lines = new_text.split("\n")[first[0] - 1 : min(last, first[0] - 1 + SHOWN)]
     more = last - first[0] + 1 - SHOWN
-    span = f"line {first[0]}" if first[0] == last else f"lines {first[0]}-{last}"
+    span = f"line {first[0]} now reads" if first[0] == last else f"lines {first[0]}-{last} now read"
     tail = f"\n[... {more} more lines]" if more > 0 else ""
-    return f"Edited {path}: {span} now read:\n{numbered(lines, first[0])}{tail}"
+    return f"Edited {path}: {span}:\n{numbered(lines, first[0])}{tail}"
 
 
 # --- search and list_files -----------------------------------------------------------------

@@ -9,13 +9,22 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from conftest import execute, run_in_process, stub_env, use_workspace
+from conftest import (
+    ROOT,
+    clean_env,
+    execute,
+    run_in_process,
+    saved_messages,
+    stub_env,
+    use_workspace,
+)
 from fake_model import reply, tool_call
-from stub_server import StubServer
+from stub_server import EDIT_DEMO_TASK, StubServer
 
 import agent
 from minimal_agent import daily_tools, display, search
@@ -42,7 +51,7 @@ def edit(path: str, old: str, new: str, **more) -> str:
 def test_a_one_line_edit_changes_that_line_and_says_which_it_is(tools):
     (tools / "a.py").write_text("".join(f"line {n}\n" for n in range(1, 2001)))
     result = edit("a.py", "line 1000\n", "line one thousand\n")
-    assert result == "Edited a.py: line 1000 now read:\n  1000\tline one thousand"
+    assert result == "Edited a.py: line 1000 now reads:\n  1000\tline one thousand"
     lines = (tools / "a.py").read_text().splitlines()
     assert lines[999] == "line one thousand" and lines[998] == "line 999" and len(lines) == 2000
 
@@ -211,7 +220,7 @@ def test_a_huge_file_is_edited_and_said_rewritten(tools):
     big = "".join(f"{n:09d} some text on the line\n" for n in range(60_000))  # 2 MB
     (tools / "big.txt").write_text(big)
     assert edit("big.txt", "000030000 some", "000030000 other").startswith(
-        "Edited big.txt: line 30001 now read:"
+        "Edited big.txt: line 30001 now reads:"
     )
     assert (tools / "big.txt").read_text() == big.replace("000030000 some", "000030000 other")
 
@@ -425,7 +434,7 @@ def test_an_edit_is_shown_recorded_as_a_file_change_and_undone(workdir, tmp_path
         {k: e.get(k) for k in ("type", "path", "change")} for e in events
     ]
     result = server.requests[-1]["messages"][-1]["content"]
-    assert result == "Edited a.txt: line 2 now read:\n     2\t2"
+    assert result == "Edited a.txt: line 2 now reads:\n     2\t2"
     with StubServer([]) as server:
         undone = run_agent(server, workdir, "--undo", **settings)
     assert undone.returncode == 0, undone.stderr
@@ -441,3 +450,33 @@ def test_confirm_writes_applies_to_edits(workdir):
     assert (workdir / "a.txt").read_text() == "one\n"
     result = server.requests[-1]["messages"][-1]["content"]
     assert result.startswith("Error: PermissionError: the file was not written")
+
+
+def test_the_edit_example_replays_offline_on_its_recorded_path(workdir):
+    example = ROOT / "examples" / "edit_demo.jsonl"
+    offline = clean_env(LLM_API_KEY="", LLM_DAILY_TOOLS="1")
+    proc = run_in_process("--workdir", str(workdir), "--replay", str(example), env=offline)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == 'greet.py now greets with "Good morning, world!" (line 2).\n'
+    assert "left the recorded path" not in proc.stderr  # every result as recorded
+    assert 'return f"Good morning, {name}!"' in (workdir / "greet.py").read_text()
+    messages = saved_messages(example)
+    assert messages[0]["content"] == agent.SYSTEM_PROMPT  # still matches the program
+    assert messages[1]["content"] == EDIT_DEMO_TASK
+    assert "edit_file" in [c["function"]["name"] for m in messages for c in m.get("tool_calls", [])]
+
+
+def test_the_installed_command_offers_the_daily_tools(tmp_path):
+    from test_command import COMMAND, command_env
+
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    with StubServer([reply("ok")]) as server:
+        env = command_env(home, LLM_API_KEY=server.api_key, LLM_BASE_URL=server.url)
+        proc = subprocess.run([*COMMAND, "hi"], cwd=project, env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert offered(server) == [
+        "read_file", "write_file", "run_shell", "edit_file", "search", "list_files"
+    ]  # fmt: skip
