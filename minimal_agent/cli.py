@@ -19,6 +19,7 @@ from minimal_agent import (
     display,
     events,
     files,
+    mcp_servers,
     models,
     processes,
     sessions,
@@ -561,6 +562,9 @@ def open_session(
     max_tokens = args.max_tokens or max_tokens_setting(config)
     typed = None if args.no_save else sessions.history_file(sessions_folder(config))
     server = None if args.replay else config
+    config_folder = os.path.dirname(str(agent.model_client.CONFIG_FILE))
+    servers = mcp_servers.start(workspace, config_folder, str(sessions_folder(config)),
+                                stream or events.Events(), agent.TOOL_MAP)  # fmt: skip
     tools = added_tools.offered(agent.TOOLS, workspace.added_tools)
     window = context_window(config, model, max_tokens, server, tools)
     if compaction:
@@ -568,7 +572,7 @@ def open_session(
             window.restore(compaction, history)
         except ValueError as error:
             raise AgentError(f"{save}: {error}") from None
-    return Session(
+    session = Session(
         agent.SYSTEM_PROMPT,
         workspace,
         model=model,
@@ -590,6 +594,8 @@ def open_session(
         prompt=Prompt(typed, config["api_key"]),  # --no-save: no history of typed lines
         replayed=bool(args.replay),
     )
+    session.servers = servers
+    return session
 
 
 def context_window(

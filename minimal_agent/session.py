@@ -126,6 +126,7 @@ class Session:
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
+        self.servers = None  # the MCP servers whose tools it has (minimal_agent/mcp_servers.py)
 
     def note_workdir(self, save: str | os.PathLike) -> None:
         """A resumed conversation going on in a workdir other than its last: said in its
@@ -505,6 +506,8 @@ class Session:
         return f"session: turns {self.turns}{ended}, {self.counts(self.total)}"
 
     def close(self) -> None:
+        if self.servers:
+            self.servers.close()
         if self.changes:
             self.changes.close()
         if self.wire:

@@ -1,0 +1,17 @@
+"""Whether a tool call that needs the user's say may run (a stand-in: the approval prompt)."""
+
+from __future__ import annotations
+
+from minimal_agent import display
+
+
+def approve(ws, tool: str, args: dict, shown: str) -> None:
+    """Return when the call of tool with args may run; PermissionError for the model if not.
+    shown is what the prompt shows (the command, or the MCP tool and its arguments)."""
+    if not display.approved(ws, shown):
+        raise PermissionError("the user did not approve this call, so it was not run")
+
+
+def offered(ws, tool: str) -> bool:
+    """Whether tool (an MCP server's mcp__NAME or one of its tools) is offered to the model."""
+    return True
