@@ -97,6 +97,8 @@ def run_session(
             return take_back(args, config)
         moved = resumed_workdir(args, config, args.workdir_given)
         check_paths(args)
+        if args.mcp:
+            return until_the_reader_stops(show_mcp_servers, agent, args, config, installed)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
         if args.replay:
@@ -288,6 +290,12 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="go on with a saved conversation: an ID from --sessions, or a transcript file",
     )
     add("--sessions", action="store_true", help="list the recent saved conversations")
+    add(
+        "--mcp",
+        action="store_true",
+        help="list the MCP servers (mcp.json beside the settings, .mcp.json in the workdir): "
+        "where each is configured, whether it starts, and its tools (docs/mcp.md)",
+    )
     add(
         "--save",
         metavar="FILE",
@@ -548,10 +556,7 @@ def open_session(
     max_cost = args.max_cost or money_setting(config, "LLM_MAX_COST")
     if max_cost and not prices:
         raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
-    workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
-    workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
-    workspace.private, workspace.sandbox_limits = private, limits  # before AGENTS.md is read
-    workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
+    workspace = new_workspace(agent, args, config, pass_env, private, limits)
     if args.daily_tools:
         daily_tools.add_to(workspace, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
@@ -562,8 +567,7 @@ def open_session(
     max_tokens = args.max_tokens or max_tokens_setting(config)
     typed = None if args.no_save else sessions.history_file(sessions_folder(config))
     server = None if args.replay else config
-    config_folder = os.path.dirname(str(agent.model_client.CONFIG_FILE))
-    servers = mcp_servers.start(workspace, config_folder, str(sessions_folder(config)),
+    servers = mcp_servers.start(workspace, config_folder(agent), str(sessions_folder(config)),
                                 stream or events.Events(), agent.TOOL_MAP)  # fmt: skip
     tools = added_tools.offered(agent.TOOLS, workspace.added_tools)
     window = context_window(config, model, max_tokens, server, tools)
@@ -596,6 +600,45 @@ def open_session(
     )
     session.servers = servers
     return session
+
+
+def new_workspace(agent, args, config: dict, pass_env, private: list[str], limits: dict):
+    """The tools' workspace for the options and settings (see open_session)."""
+    workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
+    workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
+    workspace.private, workspace.sandbox_limits = private, limits  # before AGENTS.md is read
+    workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
+    return workspace
+
+
+def config_folder(agent) -> str:
+    """The folder of the user's settings: config.env's (and mcp.json's)."""
+    return os.path.dirname(str(agent.model_client.CONFIG_FILE))
+
+
+def show_mcp_servers(agent, args, config: dict, installed: bool) -> int:
+    """--mcp: each MCP server, where it is configured, whether it started and its tools, on
+    stdout; the workdir's ask for approval as a session's would."""
+    pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
+    limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
+    private = private_paths(str(agent.model_client.CONFIG_FILE), installed, config)
+    workspace = new_workspace(agent, args, config, pass_env, private, limits)
+    folder = config_folder(agent)
+    servers = mcp_servers.start(workspace, folder, str(sessions_folder(config)), events.Events(),
+                                agent.TOOL_MAP)  # fmt: skip
+    if not servers:
+        user_file = os.path.join(folder, mcp_servers.USER_FILE)
+        print(
+            f"no MCP server is configured: add one to {user_file} or to "
+            f"{mcp_servers.PROJECT_FILE} in the workdir (docs/mcp.md)"
+        )
+        return 0
+    try:
+        for line in servers.report():
+            print(line)
+    finally:
+        servers.close()
+    return 0
 
 
 def context_window(

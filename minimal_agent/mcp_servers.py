@@ -27,6 +27,7 @@ PROJECT_LIMIT = 64 * 1024  # bytes of a .mcp.json read; a longer one is refused
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # what the Chat Completions API takes
 VARIABLE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")  # ${VAR}, ${VAR:-default}
+OUTCOMES = {"failed": "did not start", "skipped": "skipped", "lost": "is gone with its tools"}
 STOP_SECONDS = 5.0  # how long closing waits for the servers to stop
 
 
@@ -243,7 +244,7 @@ class Servers:
             import mcp  # noqa: F401 (here: only a configured server needs the SDK)
         except ImportError:
             for server in ready:
-                self.fail(server, f"the mcp package is not installed: {INSTALL}", quiet=True)
+                self.fail(server, f"the mcp package is not installed ({INSTALL})", quiet=True)
             display.say(
                 f"skipped the MCP servers ({', '.join(s.name for s in ready)}): the mcp package "
                 f"is not installed for this Python; install it with {INSTALL}"
@@ -264,12 +265,10 @@ class Servers:
         """Whether the server's settings can be used (else one line, and it is skipped)."""
         settings = checked(server, self.ws.key)
         if isinstance(settings, str):
-            self.fail(server, f"skipped the MCP server {server.name} in {server.where}: it "
-                      f"{settings}", status="skipped")  # fmt: skip
+            self.fail(server, f"it {settings}", status="skipped")
             return False
         if not permissions.offered(self.ws, f"mcp__{server.name}"):
-            self.fail(server, f"skipped the MCP server {server.name}: a deny rule names "
-                      f"mcp__{server.name}", status="skipped")  # fmt: skip
+            self.fail(server, f"a deny rule names mcp__{server.name}", status="skipped")
             return False
         server.settings = settings
         return True
@@ -368,12 +367,10 @@ class Servers:
         try:
             server.listed.result(self.ws.timeout + 1)
         except concurrent.futures.TimeoutError:
-            self.fail(server, f"MCP server {server.name} from {server.where} did not start: it "
-                      f"did not answer within {self.ws.timeout:g} s")  # fmt: skip
+            self.fail(server, f"it did not answer within {self.ws.timeout:g} s")
             self.stop(server)
         except BaseException as error:
-            self.fail(server, f"MCP server {server.name} from {server.where} did not start: "
-                      f"{failure(error)}")  # fmt: skip
+            self.fail(server, failure(error))
         else:
             server.status = "started"
 
@@ -408,8 +405,7 @@ class Servers:
         def call(ws, /, **arguments) -> str:
             shown = f"{name} {json.dumps(arguments, ensure_ascii=False)}"
             if server.status != "started":
-                raise RuntimeError(f"the MCP server {server.name} stopped ({server.problem}): "
-                                   "its tools are gone")  # fmt: skip
+                return gone(server)
             permissions.approve(ws, name, arguments, shown)
             return self.call(server, tool, arguments)
 
@@ -442,16 +438,18 @@ class Servers:
         else:
             return result_text(result)
         self.lose(server, why)
-        raise RuntimeError(f"the MCP server {server.name} {why}: its tools are gone")
+        return gone(server)
 
     def lose(self, server: Server, why: str) -> None:
         """A started server that failed: stopped, its tools gone, one line and an event."""
-        self.fail(server, f"MCP server {server.name} lost: {why}; its tools are gone")
-        server.problem = why
+        self.fail(server, why, status="lost")
         self.stop(server)
 
-    def fail(self, server: Server, line: str, status: str = "failed", quiet: bool = False) -> None:
-        server.status, server.problem = status, line
+    def fail(self, server: Server, why: str, status: str = "failed", quiet: bool = False) -> None:
+        """A server that did not start ("failed"), was left out ("skipped") or stopped while
+        in use ("lost"): its status, an event, and unless quiet one line."""
+        server.status, server.problem = status, why
+        line = f"MCP server {server.name} from {server.where} {OUTCOMES[status]}: {why}"
         self.events.emit("mcp_server", name=server.name, file=server.file, project=server.project,
                          status=status, tools=[], error=line)  # fmt: skip
         if not quiet:
@@ -462,6 +460,20 @@ class Servers:
             self.loop.call_soon_threadsafe(server.stop.set)
         if server.task is not None:
             server.task.cancel()  # one still starting
+
+    def report(self) -> list[str]:
+        """--mcp's lines: each server, where it is configured, whether it started (or why
+        not), and its tools with the first line of their descriptions."""
+        lines = []
+        for server in self.servers:
+            state = f"started, {len(server.tools)} tools" if server.status == "started" else (
+                f"{server.status}: {server.problem}")  # fmt: skip
+            lines.append(display.visible(f"{server.name} ({server.where}, {server.file}): {state}"))
+            for name in server.tools:
+                about = self.ws.added_tools[name].schema["function"]["description"].strip()
+                first = about.split("\n")[0]
+                lines.append(f"  {name}  {display.one_line(first, 80)}")
+        return lines
 
     def close(self) -> None:
         """Stop every server (each within STOP_SECONDS), the loop and its thread."""
@@ -477,6 +489,14 @@ class Servers:
         self.thread.join(STOP_SECONDS)
         self.log.close()
         self.loop = None
+
+
+def gone(server: Server) -> str:
+    """What the model is told when it calls a tool of a server that is gone."""
+    return (
+        f"Error: the MCP server {server.name} is gone ({server.problem}), and its tools with "
+        "it; go on without them"
+    )
 
 
 def failure(error: BaseException) -> str:
