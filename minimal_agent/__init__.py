@@ -21,11 +21,14 @@ command line needs from it is handed to cli.main().
     models          what is known of each model by name: context window, prices
     context_window  compaction, and a server's "the context is full"
     window_probe    how large the server's context window is
+    mcp_servers     tools from MCP servers: configured, approved, started, called
+    permissions     whether a tool call that needs the user's say may run
 
 Imports inside functions, all for start-up time (`agent.py --help` must stay close to a bare
 `import argparse`): the packages openai, pydantic and python-dotenv (half a second, and only a
 request needs them), and from the standard library urllib.request (40 ms of http, email and
 ssl), hashlib (OpenSSL), threading, subprocess, signal, shutil, inspect and difflib, each where
-it is used; ctypes (for inotify) where a recording session starts on Linux; and fcntl or
-msvcrt, which exist on one system each.
+it is used; the mcp SDK (its pydantic and httpx: seconds), asyncio and logging where a
+configured MCP server starts; ctypes (for inotify) where a recording session starts on Linux;
+and fcntl or msvcrt, which exist on one system each.
 """

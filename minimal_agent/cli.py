@@ -786,7 +786,10 @@ def private_paths(config_file: str, installed: bool, settings: dict) -> list[str
     the installed command's config folder (with the key), or the lesson's config.env (its
     folder is the project's), and the sessions folder. Real paths."""
     config = os.path.dirname(config_file) if installed else config_file
-    return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
+    # The lesson's folder is the project's: of it, only its config.env and its mcp.json
+    mcp = [] if installed else [os.path.join(os.path.dirname(config_file), mcp_servers.USER_FILE)]
+    paths = [config, *mcp, sessions_folder(settings)]
+    return [os.path.realpath(path) for path in paths]
 
 
 def say_private_inside(workdir: str, private: list[str]) -> None:

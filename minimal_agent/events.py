@@ -16,6 +16,8 @@ The events, each a kind and its fields:
                  many), usage (prompt, cache-hit and completion tokens), cost, currency
     message      message: each one appended to the conversation (the tool calls and results)
     file_change  path, change: "created", "changed" or "deleted" (from the undo record)
+    mcp_server   name, file, project, status ("started", "failed", "skipped", "lost"), tools,
+                 error: an MCP server as the session starts it, or lost while in use
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
     error        error: the one line (said on stderr) of what ended the run
@@ -162,8 +164,8 @@ class JsonResult:
 
 class JsonLines:
     """--json-events: one object a line as the run goes, each with its version and type:
-    turn_start, reply, tool_call, tool_result, file_change, turn_end, and last end (the
-    record --json writes). The request and response bodies stay off it."""
+    turn_start, reply, tool_call, tool_result, file_change, mcp_server, turn_end, and last end
+    (the record --json writes). The request and response bodies stay off it."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -195,7 +197,7 @@ class JsonLines:
             failed = isinstance(content, str) and content.startswith("Error:")
             yield {"type": "tool_result", "id": message.get("tool_call_id"), "content": content,
                    "error": failed}  # fmt: skip
-        elif kind in ("file_change", "turn_end"):
+        elif kind in ("file_change", "turn_end", "mcp_server"):
             yield {"type": kind, **fields}
         elif kind == "end":
             yield {"type": "end", **{k: v for k, v in fields.items() if k != "version"}}

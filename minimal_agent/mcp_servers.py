@@ -9,7 +9,6 @@ the sessions folder."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -162,6 +161,8 @@ def approved_project(text: str, ws, sessions_folder: str) -> bool:
     """Whether the workdir's .mcp.json (text) may start its servers: approved before, as it is
     now, for this workdir; else asked on the terminal (shown whole; y or n), the answer yes
     remembered. --yes does not approve it. Without a terminal: no, with one line."""
+    import hashlib  # here: OpenSSL's start-up, for a workdir with a .mcp.json only
+
     digest = hashlib.sha256(f"{ws.folder}\0{text}".encode("utf-8", "replace")).hexdigest()
     approvals = os.path.join(sessions_folder, APPROVALS_FILE)
     known = remembered(approvals)
