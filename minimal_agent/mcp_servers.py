@@ -371,7 +371,7 @@ class Servers:
             self.fail(server, f"it did not answer within {self.ws.timeout:g} s")
             self.stop(server)
         except BaseException as error:
-            self.fail(server, failure(error))
+            self.fail(server, failure(error, self.ws.timeout))
         else:
             server.status = "started"
 
@@ -500,12 +500,14 @@ def gone(server: Server) -> str:
     )
 
 
-def failure(error: BaseException) -> str:
+def failure(error: BaseException, timeout: float) -> str:
     """Why a server's start failed, in one line."""
+    from mcp.types import REQUEST_TIMEOUT
+
     while isinstance(error, BaseExceptionGroup) and error.exceptions:  # anyio's task groups
         error = error.exceptions[0]
-    if isinstance(error, TimeoutError):
-        return "it did not answer in time"
+    if isinstance(error, TimeoutError) or getattr(error, "code", None) == REQUEST_TIMEOUT:
+        return f"it did not answer within {timeout:g} s"
     text = getattr(error, "message", None) or str(error) or type(error).__name__
     return display.one_line(text, 200)
 
