@@ -9,6 +9,7 @@ the sessions folder."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +22,7 @@ USER_FILE = "mcp.json"  # in the user's config folder, beside config.env
 PROJECT_FILE = ".mcp.json"  # in the workdir: a repository's, so hostile until approved
 APPROVALS_FILE = "mcp-approved.json"  # in the sessions folder: the approved project files
 LOG_FILE = "mcp-servers.log"  # in the sessions folder: the servers' stderr
+LOG_LIMIT = 1024 * 1024  # bytes of a server's stderr kept in it, each start: no disk filled
 INSTALL = 'pip install "minimal-agent[mcp]"'
 PROJECT_LIMIT = 64 * 1024  # bytes of a .mcp.json read; a longer one is refused
 SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,40}")
@@ -280,12 +282,12 @@ class Servers:
         import threading
 
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        self.log = open(self.log_path, "a", encoding="utf-8", errors="replace")  # noqa: SIM115
-        # The SDK logs a junk line from a server with its traceback: into the log, not on the
-        # terminal (Python's last-resort handler).
+        self.log = open(self.log_path, "ab")  # noqa: SIM115
+        # The SDK logs each junk line a server writes, with a traceback: neither on the
+        # terminal (Python's last-resort handler) nor, line after line, in the log.
         logger = logging.getLogger("mcp")
         logger.propagate = False
-        logger.handlers = [logging.StreamHandler(self.log)]
+        logger.handlers = [logging.NullHandler()]
         self.loop = asyncio.new_event_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name="mcp", daemon=True)
         self.thread.start()
@@ -310,7 +312,6 @@ class Servers:
 
     async def serve(self, server: Server):
         import asyncio
-        import contextlib
 
         import mcp
 
@@ -325,10 +326,12 @@ class Servers:
                 client = create_mcp_http_client(headers=settings["headers"])
                 await stack.enter_async_context(client)
                 transport = streamable_http_client(settings["url"], http_client=client)
+                read, write = await stack.enter_async_context(transport)
             else:
                 parameters = self.stdio_parameters(server, settings)
-                transport = mcp.stdio_client(parameters, errlog=self.log)
-            read, write = await stack.enter_async_context(transport)
+                with self.stderr_pipe(server) as errlog:  # closed once the server has its copy
+                    transport = mcp.stdio_client(parameters, errlog=errlog)
+                    read, write = await stack.enter_async_context(transport)
             session = mcp.ClientSession(read, write, read_timeout_seconds=timeout)
             await stack.enter_async_context(session)
             await asyncio.wait_for(session.initialize(), timeout)
@@ -343,6 +346,34 @@ class Servers:
             server.session = session
             server.listed.set_result(tools)
             await server.stop.wait()
+
+    def stderr_pipe(self, server: Server):
+        """A pipe for the server's stderr, copied into the log by a thread of its own: the
+        first LOG_LIMIT bytes, the rest read and dropped (a server that fills its stderr
+        neither fills the disk nor blocks)."""
+        import threading
+
+        reader, writer = os.pipe()
+
+        def copy() -> None:
+            kept = 0
+            self.write_log(f"--- the MCP server {server.name}'s stderr ---\n".encode())
+            with open(reader, "rb") as pipe:
+                while chunk := pipe.read1(65536):
+                    if kept < LOG_LIMIT:
+                        self.write_log(chunk[: LOG_LIMIT - kept])
+                        kept += len(chunk)
+                        if kept >= LOG_LIMIT:
+                            cut = f"\n[the rest of {server.name}'s is left out]\n"
+                            self.write_log(cut.encode())
+
+        threading.Thread(target=copy, name=f"mcp {server.name} stderr", daemon=True).start()
+        return open(writer, "w")
+
+    def write_log(self, data: bytes) -> None:
+        with contextlib.suppress(OSError, ValueError):  # a full disk, or closed: not the run's end
+            self.log.write(data)
+            self.log.flush()
 
     def stdio_parameters(self, server: Server, settings: dict):
         """How a stdio server is started: in the workdir, with the environment commands get

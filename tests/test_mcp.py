@@ -247,6 +247,19 @@ def test_failing_servers_cost_one_line_and_their_tools(workdir, folders, capsys)
         servers.close()
 
 
+def test_a_server_that_fills_its_stderr_fills_neither_the_log_nor_blocks(workdir, folders):
+    user_servers(folders[0], {"noisy": raw_server("noisy")})
+    ws, servers, said = start(workdir, folders, yes=True)
+    log = folders[1] / mcp_servers.LOG_FILE
+    try:
+        wait_for(lambda: log.stat().st_size >= mcp_servers.LOG_LIMIT, "the log never filled", 60)
+        assert call(ws, "mcp__noisy__touch", path="n.txt") == "touched"  # not blocked
+    finally:
+        servers.close()
+    assert log.stat().st_size < mcp_servers.LOG_LIMIT + 200
+    assert log.read_text().endswith("[the rest of noisy's is left out]\n")
+
+
 def test_a_server_that_crashes_mid_run_is_gone_and_the_model_told(workdir, folders, capsys):
     user_servers(folders[0], {"sdk": {"command": SDK_SERVER[0], "args": SDK_SERVER[1:]}})
     ws, servers, said = start(workdir, folders, yes=True)

@@ -1,7 +1,8 @@
 """An MCP server of the standard library only (it runs inside the sandbox, which has no
 virtual environment), speaking just enough of the protocol over stdio, for tests/test_mcp.py.
 `raw_server.py MODE`: "ok" answers; "junk" writes a line of junk before each answer; "flood"
-writes junk forever; "silent" never answers; "slow-call" never answers a tool call."""
+writes junk forever; "silent" never answers; "slow-call" never answers a tool call; "noisy"
+answers, and writes on stderr without end."""
 
 import json
 import sys
@@ -49,6 +50,14 @@ def answer(request: dict) -> dict:
     return {}
 
 
+if MODE == "noisy":
+    import threading
+
+    def noise() -> None:
+        while True:
+            sys.stderr.write("noise " * 2000 + "\n")
+
+    threading.Thread(target=noise, daemon=True).start()
 if MODE == "flood":
     while True:
         sys.stdout.write("junk " * 2000 + "\n")
