@@ -16,6 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import ROOT, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
@@ -121,7 +122,12 @@ def test_real_servers_tools_reach_the_model_and_their_results_come_back(
     assert seen["cwd"] == str(workdir.resolve())
     assert "MY_SECRET_TOKEN" not in seen["names"] and "LLM_API_KEY" not in seen["names"]
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    started = {line["name"]: line for line in lines if line["type"] == "mcp_server"}
+    schema = json.loads((ROOT / "docs" / "json-events.schema.json").read_text())
+    [entry] = [e for e in schema["oneOf"] if e["properties"]["type"].get("const") == "mcp_server"]
+    server_lines = [line for line in lines if line["type"] == "mcp_server"]
+    for line in server_lines:  # by the schema's entry for them (the end record's refers away)
+        jsonschema.validate(line, {**entry, "type": "object"})
+    started = {line["name"]: line for line in server_lines}
     assert started["time"]["status"] == "started" and len(started["git"]["tools"]) == 12
     assert started["leaky"]["status"] == "skipped"
     assert "the agent's own API key" in started["leaky"]["error"]
