@@ -412,9 +412,11 @@ class Servers:
         left_out = []
         for tool in server.listed.result():
             name = f"mcp__{server.name}__{tool.name}"
-            if not TOOL_NAME.fullmatch(name) or not permissions.offered(self.ws, name):
-                left_out.append(f"{display.visible(tool.name)} (its name cannot be a tool's)"
-                                if not TOOL_NAME.fullmatch(name) else tool.name)  # fmt: skip
+            if not TOOL_NAME.fullmatch(name):
+                left_out.append(f"{display.visible(tool.name)} (its name cannot be a tool's)")
+                continue
+            if not permissions.offered(self.ws, name):
+                left_out.append(f"{tool.name} (a deny rule names it)")
                 continue
             schema = {"type": "function", "function": {
                 "name": name, "description": tool.description or tool.title or tool.name,
