@@ -18,7 +18,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from conftest import ROOT, run_in_process, stub_env, wait_for
+from conftest import ROOT, run_agent, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
@@ -405,3 +405,15 @@ def test_mcp_lists_servers_where_configured_started_or_not_and_tools(workdir, fo
     assert lines[3] == (f"evil (the workdir .mcp.json, {workdir.resolve() / '.mcp.json'}): "
                         "skipped: not approved")  # fmt: skip
     assert not (workdir / "started").exists()
+
+
+def test_without_a_configured_server_the_sdk_is_not_imported(workdir):
+    """Start-up time: the SDK (its server and client modules, its types: seconds on a busy
+    machine) is imported only when a server is configured."""
+    with StubServer([reply("ok")]) as server:
+        proc = run_agent("--workdir", str(workdir), "hi",
+                         env=stub_env(server, PYTHONPROFILEIMPORTTIME="1"))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
+    assert "minimal_agent.mcp_servers" in imported  # the import log works
+    assert not {name for name in imported if name.split(".")[0] in ("mcp", "mcp_types")}
