@@ -8,7 +8,10 @@ command line needs from it is handed to cli.main().
     replies         the assistant message sent back in the history; the answer to show
     reply_shapes    every reply's fields checked for the kinds the agent relies on
     errors          AgentError, and the one line that explains an API error
-    display         everything the user sees on stderr, and the approval prompt
+    events          what happens, as one stream of typed events; the --json readers of it
+    display         the terminal view (a reader of the events) and the terminal's user
+    prompt          --chat's next message, typed at the "> " prompt
+    text            text made safe and short for a terminal: escapes, one line, columns
     processes       run_shell's process group, time-out, signals, and the sandbox
     files           capped reads and atomic writes
     tool_schema     a tool's schema, its function and a call's arguments checked
@@ -16,7 +19,8 @@ command line needs from it is handed to cli.main().
     wire            every request and response kept, rebuilt, shown (--show --wire)
     wire_page       --html: the requests and responses as one page for a browser
     sessions        the sessions folder: IDs, listing, finding one again, one writer each
-    replay          --replay: a client that serves a transcript's replies
+    scripted        a scripted model client and a scripted user, for tests and scripts
+    replay          --replay: the scripted client of a transcript's replies
     cost            prices, peak hours, what a reply cost
     models          what is known of each model by name: context window, prices
     context_window  compaction, and a server's "the context is full"

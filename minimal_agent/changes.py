@@ -35,8 +35,9 @@ import struct
 import sys
 from pathlib import Path
 
-from minimal_agent import display, files, sessions
+from minimal_agent import files, sessions
 from minimal_agent.errors import AgentError
+from minimal_agent.text import one_line
 
 MAX_KEPT = 10 * 1024 * 1024  # bytes: a larger file is not kept, and is named when it changes
 MAX_SEEN = 2**30  # bytes of the workdir's files a session holds at most: run in a huge folder
@@ -477,12 +478,14 @@ class Recorder:
     of the workdir ends a step and begins the next."""
 
     def __init__(
-        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None
-    ) -> None:
+        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None,
+        notice=None,
+    ) -> None:  # fmt: skip
         import threading  # here: --help must not import it (minimal_agent/__init__.py)
 
         self.root = os.path.realpath(workdir)
         self.on_change = on_change  # on_change(path, "created" | "changed" | "deleted"), or None
+        self.notice = notice  # notice(line): what the user is told of the walks, or None
         self.folder = Path(folder)
         self.skip = {os.path.realpath(path) for path in [*skip, self.folder]}
         self.history = History.read(self.folder)
@@ -568,8 +571,8 @@ class Recorder:
         if self.ahead is not None:
             self.ahead.join()
             self.ahead = None
-        for note in self.notes:
-            display.say(note)
+        for note in self.notes if self.notice else ():
+            self.notice(note)
         self.notes.clear()
         for path, change in self.news:  # told here, in the session's thread, in order
             self.on_change(path, change)
@@ -855,31 +858,33 @@ def take_back(
     how_to_force: str,
     workdirs: list[str],
     name: str,
+    events,
 ) -> bool:
     """--undo or --redo (action "undo" or "redo") of the conversation name whose store is
-    folder and whose transcript recorded workdirs, said one line per file; False, with the line
-    that says why, if nothing was done."""
+    folder and whose transcript recorded workdirs, told to events (minimal_agent/events.py)
+    one line per file; False, with the line that says why, if nothing was done."""
+    say = events.notice
     try:
         turn, task, lines = (undo if action == "undo" else redo)(folder, force, workdirs)
     except NothingToDo as error:
-        display.say(f"nothing to {action}: {error}")
+        say(f"nothing to {action}: {error}")
         return False
     except BadStore as error:
-        display.say(
+        say(
             f"not {action}ne: the undo record of the conversation {name} does not check out "
             f"({error}); nothing was changed"
         )
         return False
     except Conflict as error:
         if error.through_links:
-            display.say(
+            say(
                 f"not {action}ne: a folder on the way to {', '.join(error.paths)} is now a link "
                 "(or a file), and nothing is written through a link; nothing was restored. Put "
                 f"the folder back (or move what is there away) and {action} again"
             )
             return False
         again = how_to_force.split()[0].replace(action, "redo" if action == "undo" else "undo")
-        display.say(
+        say(
             f"not {action}ne: changed since (by you, an editor or another program), and "
             f"{action}ing would overwrite it: {', '.join(error.paths)}; nothing was restored. "
             f"To {action} anyway: {how_to_force} (what it overwrites is kept: {again} puts it "
@@ -888,10 +893,12 @@ def take_back(
         return False
     except OSError as error:
         where = f" ({error.filename})" if error.filename else ""
-        display.say(f"{action} stopped: {error.strerror or error}{where}; what was restored "
+        say(f"{action} stopped: {error.strerror or error}{where}; what was restored "
                     "before it stays, and the journal was not changed")  # fmt: skip
         return False
-    display.show_restored(action.replace("do", "did"), turn, task, lines)
+    say(f"{action.replace('do', 'did')} turn {turn} ({one_line(task, 60)}):")
+    for line in lines:
+        say(f"  {line}")
     return True
 
 

@@ -28,6 +28,7 @@ from minimal_agent.errors import AgentError, UsageError, describe_api_error, wit
 from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
+from minimal_agent.text import visible
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
 from minimal_agent.window_probe import find_window, is_deepseek
 
@@ -57,11 +58,13 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
     args.workdir = args.workdir or default_workdir(lesson, installed)
-    if args.show or args.html:
-        return show_saved(parser, args, lesson.model_client)
-    processes.exit_on_termination()
-    # What happens, told to the readers --json and --json-events ask for (on stdout).
+    # What happens, told to the terminal and to the readers --json and --json-events ask for
+    # (on stdout).
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
+    stream.subscribe(display.Terminal())
+    if args.show or args.html:
+        return show_saved(parser, args, lesson.model_client, stream)
+    processes.exit_on_termination()
     code = 1
     try:
         with events.answers_on_stderr(args.json or args.json_events):
@@ -87,17 +90,17 @@ def run_session(
     try:
         config = model_client.load_config()
         if args.sessions:
-            return until_the_reader_stops(list_sessions, config)
+            return display.until_the_reader_stops(list_sessions, config)
         agent.check_tools()
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
-            return take_back(args, config)
+            return take_back(args, config, stream)
         moved = resumed_workdir(args, config, args.workdir_given)
         check_paths(args)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)
         if args.replay:
-            client = ReplayClient(args.replay, notify=display.say)
+            client = ReplayClient(args.replay, notify=stream.notice)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
@@ -110,22 +113,22 @@ def run_session(
             processes.check_sandbox(args.workdir, limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
         own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
-        display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
+        stream.notice(f"{source}; workdir {args.workdir}{own}{sandboxed}")
         if moved:
-            display.say(moved)
-        say_private_inside(args.workdir, private)
+            stream.notice(moved)
+        say_private_inside(args.workdir, private, stream)
         session = outcome.session = open_session(
             agent, args, config, model, pass_env, private, limits, stream
         )
         task = " ".join(args.task).strip() or (args.replay and client.task())
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
         args.chat = args.chat or (installed and not task and sys.stdin.isatty())
-        task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
+        task = task or task_from_stdin(parser, args, stream)  # with --chat, chat() asks for it
         result = outcome.result = (agent.chat if args.chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
         )
     except KeyboardInterrupt:
-        display.say("interrupted")
+        stream.notice("interrupted")
         return stopped(session, args, 130)
     except AgentError as error:  # it may quote what the server sent: never with the key
         failed(stream, without_key(str(error), config.get("api_key")))
@@ -145,7 +148,7 @@ def run_session(
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
             stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
-            return report_bug(save, config.get("api_key"))
+            return report_bug(save, config.get("api_key"), stream)
         failed(stream, message)
         return stopped(session, args, 1)
     finally:
@@ -157,7 +160,7 @@ def run_session(
 
 def failed(stream: events.Events, message: str) -> None:
     """An error's one line on stderr ("stopped: ..." as it is), and for the events' readers."""
-    display.say(message if message.startswith("stopped:") else f"error: {message}")
+    stream.notice(message if message.startswith("stopped:") else f"error: {message}")
     stream.emit("error", error=message)
 
 
@@ -528,7 +531,7 @@ def open_session(
     pass_env: frozenset[str],
     private: list[str],
     limits: dict,
-    stream: events.Events | None = None,
+    stream: events.Events,
 ) -> Session:
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
@@ -542,17 +545,26 @@ def open_session(
     max_cost = args.max_cost or money_setting(config, "LLM_MAX_COST")
     if max_cost and not prices:
         raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
-    workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
-    workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
-    workspace.private, workspace.sandbox_limits = private, limits  # before AGENTS.md is read
-    workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
+    typed = None if args.no_save else sessions.history_file(sessions_folder(config))
+    workspace = agent.Workspace(
+        args.workdir,
+        args.timeout,
+        args.yes,
+        args.sandbox,
+        confirm_writes=args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES"),
+        key=config["api_key"],  # kept from commands
+        pass_env=pass_env,
+        private=private,
+        sandbox_limits=limits,
+        user=display.TerminalUser(Prompt(typed, config["api_key"])),  # --no-save: no history
+        events=stream,
+    )
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
-        save, history, compaction = resumed(args)
+        save, history, compaction = resumed(args, stream)
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(sessions_folder(config))
     max_tokens = args.max_tokens or max_tokens_setting(config)
-    typed = None if args.no_save else sessions.history_file(sessions_folder(config))
     server = None if args.replay else config
     window = context_window(config, model, max_tokens, server, agent.TOOLS)
     if compaction:
@@ -578,8 +590,6 @@ def open_session(
         describe=functools.partial(
             describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
         ),
-        events=stream,
-        prompt=Prompt(typed, config["api_key"]),  # --no-save: no history of typed lines
         replayed=bool(args.replay),
     )
 
@@ -600,7 +610,7 @@ def context_window(
     return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=tools)
 
 
-def resumed(args: argparse.Namespace) -> tuple:
+def resumed(args: argparse.Namespace, stream: events.Events) -> tuple:
     """-c or -r: the transcript's path, its messages (checked before anything is sent or
     added), and its last compaction record (or None)."""
     path = args.transcript  # found by resumed_workdir
@@ -614,7 +624,7 @@ def resumed(args: argparse.Namespace) -> tuple:
         history, compaction = split_transcript([entry for _, entry in lines])
     except ValueError as error:
         raise AgentError(f"{path}: {error}") from None
-    display.say(f"continuing the conversation in {path} ({len(history)} messages)")
+    stream.notice(f"continuing the conversation in {path} ({len(history)} messages)")
     return str(path), history, compaction
 
 
@@ -631,10 +641,10 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
     transcript = session and session.transcript
     if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
         name = os.path.basename(transcript.path).removesuffix(".jsonl")
-        display.say(f"saved as {name}: go on with -c (the latest here) or -r {name}")
+        session.events.notice(f"saved as {name}: go on with -c (the latest here) or -r {name}")
 
 
-def take_back(args: argparse.Namespace, config: dict) -> int:
+def take_back(args: argparse.Namespace, config: dict, stream: events.Events) -> int:
     """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
     was done (the line says why)."""
     folder = sessions_folder(config)
@@ -658,11 +668,13 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
     with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
         workdirs = sessions.recorded_workdirs(path)
         how = f"--{action} --force"
-        done = changes.take_back(store, action, args.force, how, workdirs, name)
+        done = changes.take_back(store, action, args.force, how, workdirs, name, stream)
     return 0 if done else 1
 
 
-def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_client) -> int:
+def show_saved(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, model_client, stream: events.Events
+) -> int:
     """--show ID_OR_FILE (with --wire: its requests and responses) and --html ID_OR_FILE
     [OUT.html]: the conversation found as -r finds it, shown; exit 1 with one line if it
     cannot be."""
@@ -679,14 +691,16 @@ def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_
         if args.html:
             out = args.html[1] if len(args.html) > 1 else None
             page = wire_page.write_page(path, out, folder)
-            display.say(f"wrote {page}: open it in a browser")
+            stream.notice(f"wrote {page}: open it in a browser")
             return 0
         if args.wire:
-            return until_the_reader_stops(wire.show_wire, path, folder)
+            return display.until_the_reader_stops(wire.show_wire, path, folder, display.print_line)
     except AgentError as error:
-        display.say(f"error: {error}")
+        stream.notice(f"error: {error}")
         return 1
-    return until_the_reader_stops(show_transcript, str(path))
+    return display.until_the_reader_stops(
+        show_transcript, str(path), display.print_line, stream.notice
+    )
 
 
 def yes_setting(config: dict, name: str) -> bool:
@@ -699,21 +713,8 @@ def yes_setting(config: dict, name: str) -> bool:
 
 def list_sessions(config: dict) -> int:
     for line in sessions.sessions_report(sessions_folder(config)):
-        print(line)
+        display.print_line(line)
     return 0
-
-
-def until_the_reader_stops(show, *args) -> int:
-    """show(*args), printing on stdout; a reader that has had enough (`--sessions | head -1`)
-    ends it quietly, with exit code 0, as it ends `ls | head -1`."""
-    try:
-        code = show(*args)
-        sys.stdout.flush()
-        return code
-    except BrokenPipeError:
-        # Else Python's exit flushes the rest into the closed pipe again, and says so.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
 
 
 def private_paths(config_file: str, installed: bool, settings: dict) -> list[str]:
@@ -724,14 +725,14 @@ def private_paths(config_file: str, installed: bool, settings: dict) -> list[str
     return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
 
 
-def say_private_inside(workdir: str, private: list[str]) -> None:
+def say_private_inside(workdir: str, private: list[str], stream: events.Events) -> None:
     """One line when the workdir holds the user's own folders (a workdir that is the home
     folder), so the user knows why the tools refuse them."""
     folder = os.path.realpath(workdir)
     held = [path for path in private if path != folder and files.inside(folder, path)]
     if held:
-        names = ", ".join(display.visible(os.path.relpath(path, folder)) for path in held)
-        display.say(
+        names = ", ".join(visible(os.path.relpath(path, folder)) for path in held)
+        stream.notice(
             f"the workdir holds the agent's own {names}: the tools refuse them, and sandboxed "
             "commands do not see them"
         )
@@ -781,7 +782,9 @@ def max_tokens_setting(config: dict) -> int | None:
     return int(text) if text else None
 
 
-def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+def task_from_stdin(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, stream: events.Events
+) -> str:
     """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
     With --chat, none yet: chat() asks for the first message as for every other."""
     if args.chat:
@@ -789,9 +792,9 @@ def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     if sys.stdin.isatty():
         if args.continue_last or args.resume:
             parser.error("-c and -r need the next message: give it as words, or add --chat")
-        display.say(f"no task given; running the demo task: {DEMO_TASK}")
+        stream.notice(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
-    display.say(
+    stream.notice(
         "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
         "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
     )
@@ -835,15 +838,15 @@ def missing_package(error: ModuleNotFoundError) -> str:
     )
 
 
-def report_bug(save: str | None, key: str | None) -> int:
+def report_bug(save: str | None, key: str | None, stream: events.Events) -> int:
     """Called inside an except block: an error no user can cause; keep its traceback (without
     the key: an exception may quote what the server sent)."""
     import traceback
 
     for line in without_key(traceback.format_exc(), key).splitlines():  # escaped: it may quote
-        display.say(line)  # the model's words
+        stream.notice(line)  # the model's words
     transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
-    display.say(
+    stream.notice(
         "this is a bug in the agent, not something you did: please report it on the project's "
         f"issue tracker (see the README) with the traceback above; {transcript}"
     )

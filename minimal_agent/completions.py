@@ -9,9 +9,9 @@ import time
 import warnings
 
 from minimal_agent import reply_shapes
-from minimal_agent.display import one_line, say
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.text import one_line
 
 
 def ask(
@@ -19,7 +19,7 @@ def ask(
     messages: list[dict],
     request: dict,
     quirks: set[str],
-    warn=say,
+    warn,
     show=None,
     wire=None,
 ):

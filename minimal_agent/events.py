@@ -1,24 +1,38 @@
-"""What happens in a run, as one stream of events that readers subscribe to: the session and
-the command line emit each event once, and every reader gets all of them. The readers here
-are the outputs for scripts: --json (one object on stdout when the run ends) and --json-events
-(one object a line as the run goes); see docs/json.md. (The terminal display is not one: it
-says what it says where it happens.)
+"""What happens in a run, as one stream of events that readers subscribe to: the session, the
+loop (agent.run) and the tools emit each event once, and every reader gets all of them. The
+readers: the terminal view (minimal_agent/display.py), the wire's record, and the outputs for
+scripts here: --json (one object on stdout when the run ends) and --json-events (one object a
+line as the run goes; see docs/json.md). A new output is one more reader.
 
-The events, each a kind and its fields:
+The events, each a kind and its fields (KINDS; emit() refuses any other):
 
     turn         turn (its number in this session), task
+    chat         (none): a --chat session begins
+    waiting      step: a request goes out, its reply is awaited
+    delta        step, kind ("thinking" or "text"), text: a piece of a streamed reply
+    waited       step: the reply is in (or the request failed)
     request      step, body: the request as handed to the SDK (model, the messages as sent,
                  after any compaction, tools, every parameter; a streamed one also gets
                  stream and stream_options)
-    response     step, body: the reply as received (a dict), seconds, streamed, chunks (not
-                 counted yet: None)
+    response     step, body: the reply as received (a dict), started, seconds, streamed,
+                 chunks (not counted yet: None), error (what failed instead, or None)
     reply        step (None for a compaction's summary), finish_reason, content, tool_calls (how
                  many), usage (prompt, cache-hit and completion tokens), cost, currency
     message      message: each one appended to the conversation (the tool calls and results)
+    tool_call    step, call: a call about to run
+    tool_result  step, call, result: what the model gets back for it
+    command_started, command_output (text: a piece as it arrives), command_ended: run_shell's
+                 command, from start to end
+    diff         lines, everywhere: a unified diff (a write's: shown on a terminal only)
+    notice       text: one line for the user (a warning, a note, what a command did)
+    compacted    record (the transcript's compaction record), text: its one line
     file_change  path, change: "created", "changed" or "deleted" (from the undo record)
+    answer       text, streamed: the final answer of a turn
+    usage        scope ("turn", "run" or "session"), totals (steps, tool_calls, usage, cost,
+                 unknown), turns, cancelled, failed, currency (None: no prices), replayed
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
-    error        error: the one line (said on stderr) of what ended the run
+    error        error: the one line of what ended the run
     end          the end record (see end_record)
 """
 
@@ -38,11 +52,37 @@ STATUSES = {0: "finished", 3: "max_steps", 4: "incomplete", 130: "interrupted"}
 EXIT_STATUSES = {1: "error", 2: "usage"}  # a run that ended without a result
 
 Reader = Callable[[str, dict], None]
+KINDS: dict[str, tuple[str, ...] | None] = {  # each kind's fields (None: the end record's)
+    "turn": ("turn", "task"),
+    "chat": (),
+    "waiting": ("step",),
+    "delta": ("step", "kind", "text"),
+    "waited": ("step",),
+    "request": ("step", "body"),
+    "response": ("step", "body", "started", "seconds", "streamed", "chunks", "error"),
+    "reply": ("step", "finish_reason", "content", "tool_calls", "usage", "cost", "currency"),
+    "message": ("message",),
+    "tool_call": ("step", "call"),
+    "tool_result": ("step", "call", "result"),
+    "command_started": (),
+    "command_output": ("text",),
+    "command_ended": (),
+    "diff": ("lines", "everywhere"),
+    "notice": ("text",),
+    "compacted": ("record", "text"),
+    "file_change": ("path", "change"),
+    "answer": ("text", "streamed"),
+    "usage": ("scope", "totals", "turns", "cancelled", "failed", "currency", "replayed"),
+    "turn_end": ("turn", "status", "error"),
+    "error": ("error",),
+    "end": None,
+}
 
 
 class Events:
     """The stream: emit(kind, **fields) hands the event to every reader, in the order they
-    subscribed. Without readers an event costs a call."""
+    subscribed; an event of no known kind, or with other fields, is a bug (TypeError).
+    Without readers an event costs a check."""
 
     def __init__(self) -> None:
         self.readers: list[Reader] = []
@@ -50,9 +90,16 @@ class Events:
     def subscribe(self, reader: Reader) -> None:
         self.readers.append(reader)
 
-    def emit(self, kind: str, **fields) -> None:
+    def emit(self, kind: str, /, **fields) -> None:
+        expected = KINDS.get(kind, ())
+        if kind not in KINDS or (expected is not None and fields.keys() != set(expected)):
+            raise TypeError(f"no event {kind} with the fields {', '.join(fields)}")
         for reader in self.readers:
             reader(kind, fields)
+
+    def notice(self, text: str) -> None:
+        """A notice: one line for the user."""
+        self.emit("notice", text=text)
 
 
 class Exchanges:

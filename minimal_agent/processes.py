@@ -17,8 +17,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from minimal_agent import display, files
+from minimal_agent import files
 from minimal_agent.errors import AgentError, holds_key
+from minimal_agent.text import visible
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
 ON_LINUX = sys.platform == "linux"  # /proc and a child subreaper: escaped children are found
@@ -47,7 +48,7 @@ def run_command(command: str, ws) -> tuple[int | None, str]:
 
     # A Ctrl-C or SIGTERM acting between the start and the kill being in place would leave the
     # command running after the agent exits: signals wait, except while the command is awaited.
-    with display.command_output() as show, signals_held() as let_through:
+    with output_told(ws.events) as show, signals_held() as let_through:
         before = known_descendants() if ON_LINUX else set()  # the agent's, not the command's
         output = Output(files.keep(ws.max_result_chars) - 100, show)  # room for the status line
         proc = start_command(command, ws)
@@ -67,6 +68,17 @@ def run_command(command: str, ws) -> tuple[int | None, str]:
     if survivors:
         text += ("\n" if text and not text.endswith("\n") else "") + survivors
     return (None if timed_out else proc.returncode), text
+
+
+@contextlib.contextmanager
+def output_told(events):
+    """A command's run told to events (minimal_agent/events.py): its start, its output as it
+    arrives (from the thread reading it: the function yielded), its end."""
+    events.emit("command_started")
+    try:
+        yield lambda piece: events.emit("command_output", text=piece)
+    finally:
+        events.emit("command_ended")
 
 
 class Output:
@@ -278,7 +290,7 @@ class Process:
     def __init__(self, stat: bytes) -> None:
         name, rest = stat.rsplit(b")", 1)
         fields = rest.split()
-        self.name = display.visible(name.split(b"(", 1)[1].decode(errors="replace"))
+        self.name = visible(name.split(b"(", 1)[1].decode(errors="replace"))
         self.state, self.parent, self.started = fields[0].decode(), int(fields[1]), fields[19]
 
 

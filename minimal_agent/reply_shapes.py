@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import json
 
-from minimal_agent.display import one_line
 from minimal_agent.errors import AgentError, without_key
+from minimal_agent.text import one_line
 
 LATEST_TIME = 32_503_680_000  # 3000-01-01 UTC in Unix seconds: every platform's gmtime takes it
 MOST_TOKENS = 2**53  # a count beyond this is no count (and a float could not hold it exactly)

@@ -25,8 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from minimal_agent.display import one_line, visible
 from minimal_agent.errors import AgentError
+from minimal_agent.text import one_line, visible
 
 APP = "minimal-agent"
 SESSIONS_ENV = "LLM_SESSIONS_DIR"  # moves the sessions folder

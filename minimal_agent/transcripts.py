@@ -13,9 +13,9 @@ import json
 import os
 
 from minimal_agent import sessions
-from minimal_agent.display import one_line, say, visible
 from minimal_agent.errors import AgentError
 from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.text import one_line
 from minimal_agent.tool_schema import json_kind
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -242,20 +242,17 @@ def whole_arguments(arguments: str) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in args.items())
 
 
-def show_transcript(path: str) -> int:
-    """--show: print a saved transcript as a readable timeline, each line with its control
-    characters as escapes (names, ids and texts are the model's, or whoever edited the file)."""
-
-    def show(line: str) -> None:
-        print(visible(line))
-
+def show_transcript(path: str, show, notice) -> int:
+    """--show: a saved transcript as a readable timeline, handed to show line by line (which
+    shows control characters as escapes: names, ids and texts are the model's, or whoever
+    edited the file); notice(line) gets what goes wrong."""
     try:
         lines = transcript_lines(path, tolerant=True)
     except (AgentError, OSError) as error:
-        say(f"error: {error}")
+        notice(f"error: {error}")
         return 1
     if not lines:  # an empty file: say so rather than print nothing
-        say(f"{path} holds no messages")
+        notice(f"{path} holds no messages")
     number = 0
     for _, entry in lines:
         event = entry.get("event")

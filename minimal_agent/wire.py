@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from minimal_agent import cost, sessions
-from minimal_agent.display import one_line, say, visible
 from minimal_agent.errors import AgentError, without_key
+from minimal_agent.text import one_line
 from minimal_agent.transcripts import transcript_lines
 
 BASES = 3  # a request's base is one of the last few: a compaction's summary request, made
@@ -41,9 +41,10 @@ class Recorder:
     through events.Exchanges): record() for a response, failed() for a request that got
     none. key: the API key, replaced wherever it would be written."""
 
-    def __init__(self, path: str | os.PathLike, key: str = "") -> None:
+    def __init__(self, path: str | os.PathLike, key: str = "", notice=None) -> None:
         self.path = Path(path)
         self.key = key
+        self.notice = notice  # notice(line): where a record given up is said, or None
         self.file = None
         self.number = 0  # the last exchange's
         self.recent: list[dict] = []  # the last BASES requests, rebuilt: number, messages, fields
@@ -81,7 +82,10 @@ class Recorder:
             self.write_line(body, started, seconds, streamed, chunks, outcome)
         except (OSError, AgentError) as error:
             self.given_up = True
-            say(f"warning: the requests and responses are not kept from here on: {error}")
+            if self.notice:
+                self.notice(
+                    f"warning: the requests and responses are not kept from here on: {error}"
+                )
 
     def write_line(self, body, started, seconds, streamed, chunks, outcome: dict) -> None:
         if self.file is None:
@@ -359,16 +363,17 @@ def read_record(transcript: str | os.PathLike, folder: str | os.PathLike | None 
 # --- --show ID --wire --------------------------------------------------------------------------
 
 
-def show_wire(transcript: str | os.PathLike, folder: str | os.PathLike | None = None) -> int:
+def show_wire(transcript: str | os.PathLike, folder: str | os.PathLike | None, show) -> int:
     """--show ID --wire: each request as JSON (what is new since the request it extends; the
     rest counted), each response as JSON, the lesson's path of each tool call, and each
-    response's tokens and cost; every line escaped for the terminal."""
+    response's tokens and cost, handed to show line by line (which escapes it for the
+    terminal)."""
     exchanges = read_record(transcript, folder)
     paths = lesson_paths(exchanges)
     priced = usage_events(transcript)
     for exchange in exchanges:
         for line in exchange_lines(exchange, paths[exchange["number"]], priced):
-            print(visible(line))
+            show(line)
     return 0
 
 

@@ -193,12 +193,14 @@ def test_a_reader_of_the_stream_gets_each_request_as_sent_and_each_response_as_r
     stream = Events()
     stream.subscribe(lambda kind, fields: seen.append((kind, fields)))
     client = FakeClient(reply(None, tool_call("read_file", {"path": "x"}, "c1")), reply("ok"))
-    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir), events=stream)
+    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir, events=stream))
     agent.run("go", client, model="m", session=session)
     kinds = [kind for kind, _ in seen]
     assert kinds[:2] == ["message", "message"]  # the system prompt, then the task
-    assert kinds[2:] == ["turn", "request", "response", "reply", "message", "message",
-                         "request", "response", "reply", "message", "turn_end"]  # fmt: skip
+    assert kinds[2:] == ["turn", "waiting", "request", "response", "waited", "reply", "message",
+                         "tool_call", "tool_result", "message",
+                         "waiting", "request", "response", "waited", "reply", "message",
+                         "answer", "turn_end", "usage"]  # fmt: skip
     requests = [fields for kind, fields in seen if kind == "request"]
     # The same model, tools, parameters and messages as the client got.
     assert [request["body"] for request in requests] == client.requests
