@@ -2,7 +2,8 @@
 named for it. The lesson imports this package; nothing here imports the lesson: what the
 command line needs from it is handed to cli.main().
 
-    cli             the command line: options, settings checked, session opened, exit codes
+    cli             the command line: options, session opened, exit codes
+    settings        the run's settings and options, parsed once into one typed object
     session         what lasts a whole session: workspace, conversation, totals, budget, window
     completions     one request to the model, plain or streamed, and servers' stream repairs
     replies         the assistant message sent back in the history; the answer to show

@@ -23,11 +23,12 @@ from minimal_agent import (
     wire,
     wire_page,
 )
-from minimal_agent.context_window import Window, compact_at_setting, split_transcript
+from minimal_agent.context_window import Window, split_transcript
 from minimal_agent.errors import AgentError, UsageError, describe_api_error, without_key
 from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
+from minimal_agent.settings import Settings, no_price, parsed, sessions_folder
 from minimal_agent.text import visible
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
 from minimal_agent.window_probe import find_window, is_deepseek
@@ -52,8 +53,8 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    if installed:
-        lesson.model_client.CONFIG_FILE = str(sessions.config_file())
+    # The installed command reads the user's own settings file; the lesson, the one beside it.
+    config_file = str(sessions.config_file()) if installed else None
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
@@ -63,12 +64,12 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
     stream.subscribe(display.Terminal())
     if args.show or args.html:
-        return show_saved(parser, args, lesson.model_client, stream)
+        return show_saved(parser, args, lesson.model_client, config_file, stream)
     processes.exit_on_termination()
     code = 1
     try:
         with events.answers_on_stderr(args.json or args.json_events):
-            code = run_session(lesson, parser, args, installed, stream, outcome)
+            code = run_session(lesson, parser, args, config_file, stream, outcome)
     except SystemExit as end:  # a usage error, or a termination signal's handler
         code = end.code if isinstance(end.code, int) else 1
         outcome.error = outcome.error or parser.mistake
@@ -79,16 +80,18 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
 
 
 def run_session(
-    lesson, parser, args: argparse.Namespace, installed: bool, stream: events.Events,
+    lesson, parser, args: argparse.Namespace, config_file: str | None, stream: events.Events,
     outcome: events.Outcome,
 ) -> int:  # fmt: skip
-    """The run main() starts, from the settings to the exit code; outcome keeps its session
-    and result, and stream gets its events, the errors' lines among them."""
+    """The run main() starts, from the settings (read from config_file, None: the lesson's) to
+    the exit code; outcome keeps its session and result, and stream gets its events, the
+    errors' lines among them."""
+    installed = config_file is not None
     agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
     try:
-        config = model_client.load_config()
+        config = model_client.load_config(config_file)
         if args.sessions:
             return display.until_the_reader_stops(list_sessions, config)
         agent.check_tools()
@@ -98,7 +101,7 @@ def run_session(
         moved = resumed_workdir(args, config, args.workdir_given)
         check_paths(args)
         model = args.model or config["model"]
-        check_budget(parser, args, config, model)
+        check_budget(parser, args, config, model)  # a usage error (exit 2) comes first
         if args.replay:
             client = ReplayClient(args.replay, notify=stream.notice)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
@@ -106,20 +109,17 @@ def run_session(
             client = model_client.create_client(config, timeout=args.request_timeout)
             check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
-        pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
-        limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
-        private = private_paths(str(model_client.CONFIG_FILE), installed, config)
+        settings = parsed(config, args)
+        private = private_paths(settings, installed)
         if args.sandbox:
-            processes.check_sandbox(args.workdir, limits, private)
+            processes.check_sandbox(args.workdir, settings.sandbox_limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
         own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
         stream.notice(f"{source}; workdir {args.workdir}{own}{sandboxed}")
         if moved:
             stream.notice(moved)
         say_private_inside(args.workdir, private, stream)
-        session = outcome.session = open_session(
-            agent, args, config, model, pass_env, private, limits, stream
-        )
+        session = outcome.session = open_session(agent, args, settings, private, stream)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
         args.chat = args.chat or (installed and not task and sys.stdin.isatty())
@@ -173,7 +173,7 @@ def error_exit_code(error: AgentError) -> int:
 
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
-    config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
+    config_file = sessions.config_file() if installed else "config.env beside agent.py"
     parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
@@ -436,13 +436,6 @@ def check_retired(model: str, config: dict) -> None:
         raise AgentError(retired)
 
 
-def no_price(model: str, budget: str) -> str:
-    return (
-        f"{budget} needs the model's price, and {model} has none known: set LLM_PRICE_INPUT and "
-        "LLM_PRICE_OUTPUT (per million tokens) for it"
-    )
-
-
 def looks_like_a_file(word: str) -> bool:
     """Whether the first word after -c names a transcript (the old `--continue FILE` syntax): a
     file that exists, or one word ending in .jsonl (a typo of one would else become the task)."""
@@ -524,49 +517,33 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def open_session(
-    agent,
-    args: argparse.Namespace,
-    config: dict,
-    model: str,
-    pass_env: frozenset[str],
-    private: list[str],
-    limits: dict,
-    stream: events.Events,
+    agent, args: argparse.Namespace, settings: Settings, private: list[str], stream: events.Events
 ) -> Session:
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
-    agent is the lesson's module (see main()); pass_env, what commands get anyway; private,
-    the user's own paths out of the tools' reach; limits, the sandbox's; stream, where the
-    session's events go."""
-    try:
-        prices = cost.prices_for(model, config)
-    except cost.PriceError as error:
-        raise AgentError(str(error)) from None
-    max_cost = args.max_cost or money_setting(config, "LLM_MAX_COST")
-    if max_cost and not prices:
-        raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
-    typed = None if args.no_save else sessions.history_file(sessions_folder(config))
+    agent is the lesson's module (see main()); private, the user's own paths out of the tools'
+    reach; stream, where the session's events go."""
+    folder = settings.sessions_folder
+    typed = None if args.no_save else sessions.history_file(folder)
     workspace = agent.Workspace(
         args.workdir,
         args.timeout,
         args.yes,
         args.sandbox,
-        confirm_writes=args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES"),
-        key=config["api_key"],  # kept from commands
-        pass_env=pass_env,
+        confirm_writes=settings.confirm_writes,
+        key=settings.api_key,  # kept from commands
+        pass_env=settings.pass_env,
         private=private,
-        sandbox_limits=limits,
-        user=display.TerminalUser(Prompt(typed, config["api_key"])),  # --no-save: no history
+        sandbox_limits=settings.sandbox_limits,
+        user=display.TerminalUser(Prompt(typed, settings.api_key)),  # --no-save: no history
         events=stream,
     )
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(args, stream)
     elif not (args.no_save or args.replay or save):
-        save = sessions.new_transcript(sessions_folder(config))
-    max_tokens = args.max_tokens or max_tokens_setting(config)
-    server = None if args.replay else config
-    window = context_window(config, model, max_tokens, server, agent.TOOLS)
+        save = sessions.new_transcript(folder)
+    window = context_window(settings, not args.replay, agent.TOOLS)  # --replay: no server
     if compaction:
         try:
             window.restore(compaction, history)
@@ -575,39 +552,37 @@ def open_session(
     return Session(
         agent.SYSTEM_PROMPT,
         workspace,
-        model=model,
+        model=settings.model,
         history=history,
         save=save,
-        sessions_folder=sessions_folder(config),
+        sessions_folder=folder,
         stream=streaming(args),
         raw=args.raw,
-        max_tokens=max_tokens,
-        thinking=args.thinking or choice_setting(config, "LLM_THINKING", ("on", "off")),
-        effort=args.effort or choice_setting(config, "LLM_EFFORT", completions.EFFORTS),
-        prices=prices,
-        max_cost=max_cost,
+        max_tokens=settings.max_tokens,
+        thinking=settings.thinking,
+        effort=settings.effort,
+        prices=settings.prices,
+        max_cost=settings.max_cost,
         window=window,
         describe=functools.partial(
-            describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
-        ),
+            describe_api_error,
+            config=settings.config,
+            model=settings.model,
+            timeout=args.request_timeout,
+            save=save,
+        ),  # fmt: skip
         replayed=bool(args.replay),
     )
 
 
-def context_window(
-    config: dict, model: str, max_tokens: int | None, server: dict | None, tools: list[dict]
-) -> Window:
+def context_window(settings: Settings, server: bool, tools: list[dict]) -> Window:
     """The context window's keeper: its size from LLM_CONTEXT_TOKENS, else asked from the
     server (in the background; not for --replay, which has none), else known models."""
-    settings = {"context_tokens": config.get("LLM_CONTEXT_TOKENS"), "model": model}
+    probed = {"context_tokens": settings.context_tokens, "model": settings.model}
     if server:
-        settings.update(base_url=server["base_url"], api_key=server["api_key"])
-    try:
-        size = find_window(settings)
-        compact_at = compact_at_setting(config.get("LLM_COMPACT_AT"))
-    except ValueError as error:
-        raise AgentError(str(error)) from None
-    return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=tools)
+        probed.update(base_url=settings.base_url, api_key=settings.api_key)
+    return Window(find_window(probed), compact_at=settings.compact_at,
+                  max_tokens=settings.max_tokens, tools=tools)  # fmt: skip
 
 
 def resumed(args: argparse.Namespace, stream: events.Events) -> tuple:
@@ -673,11 +648,12 @@ def take_back(args: argparse.Namespace, config: dict, stream: events.Events) -> 
 
 
 def show_saved(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, model_client, stream: events.Events
-) -> int:
+    parser: argparse.ArgumentParser, args: argparse.Namespace, model_client,
+    config_file: str | None, stream: events.Events,
+) -> int:  # fmt: skip
     """--show ID_OR_FILE (with --wire: its requests and responses) and --html ID_OR_FILE
-    [OUT.html]: the conversation found as -r finds it, shown; exit 1 with one line if it
-    cannot be."""
+    [OUT.html]: the conversation found as -r finds it (in the sessions folder config_file's
+    settings name), shown; exit 1 with one line if it cannot be."""
     if args.show and args.html:
         parser.error("--show prints on the terminal and --html writes a page: give one of them")
     if args.html and len(args.html) > 2:
@@ -685,7 +661,7 @@ def show_saved(
             "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
         )
     try:
-        folder = sessions_folder(model_client.load_config())
+        folder = sessions_folder(model_client.load_config(config_file))
         option = "--show" if args.show else "--html"
         path = sessions.resolve(args.show or args.html[0], folder, option)
         if args.html:
@@ -703,26 +679,18 @@ def show_saved(
     )
 
 
-def yes_setting(config: dict, name: str) -> bool:
-    """A setting that is on or off: 1, true, yes, on; or 0, false, no, off, unset."""
-    text = (config.get(name) or "").lower()
-    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
-        raise AgentError(f"{name} must be 1 (on) or 0 (off), not {text!r}")
-    return text in ("1", "true", "yes", "on")
-
-
 def list_sessions(config: dict) -> int:
     for line in sessions.sessions_report(sessions_folder(config)):
         display.print_line(line)
     return 0
 
 
-def private_paths(config_file: str, installed: bool, settings: dict) -> list[str]:
+def private_paths(settings: Settings, installed: bool) -> list[str]:
     """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
     the installed command's config folder (with the key), or the lesson's config.env (its
     folder is the project's), and the sessions folder. Real paths."""
-    config = os.path.dirname(config_file) if installed else config_file
-    return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
+    config = os.path.dirname(settings.config_file) if installed else settings.config_file
+    return [os.path.realpath(config), os.path.realpath(settings.sessions_folder)]
 
 
 def say_private_inside(workdir: str, private: list[str], stream: events.Events) -> None:
@@ -738,48 +706,11 @@ def say_private_inside(workdir: str, private: list[str], stream: events.Events) 
         )
 
 
-def sessions_folder(config: dict):
-    """Where conversations are saved: LLM_SESSIONS_DIR (config.env or the environment), else
-    the platform's usual place for the user's state."""
-    chosen = config.get("LLM_SESSIONS_DIR")
-    return sessions.sessions_dir({**os.environ, **({"LLM_SESSIONS_DIR": chosen} if chosen else {})})
-
-
-def money_setting(config: dict, name: str) -> float | None:
-    """A setting that is an amount of money above 0, or None when it is not set."""
-    text = config.get(name) or ""
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0
-    if not 0 < value < float("inf"):
-        raise AgentError(f"{name} must be an amount above 0, such as 0.50, not {text!r}")
-    return value
-
-
 def streaming(args: argparse.Namespace) -> bool:
     """--stream or --no-stream if given; else stream when stderr is a terminal. Not --replay."""
     if args.replay:
         return False  # a saved reply has nothing to stream
     return sys.stderr.isatty() if args.stream is None else args.stream
-
-
-def choice_setting(config: dict, name: str, choices: tuple[str, ...]) -> str | None:
-    """A setting that is one of choices (case ignored), or None when it is not set."""
-    text = (config.get(name) or "").lower()
-    if text and text not in choices:
-        raise AgentError(f"{name} must be {' or '.join(choices)}, not {config[name]!r}")
-    return text or None
-
-
-def max_tokens_setting(config: dict) -> int | None:
-    """LLM_MAX_TOKENS as a number, or None when it is not set."""
-    text = config["max_tokens"]
-    if text and not (text.isdigit() and int(text) > 0):
-        raise AgentError(f"LLM_MAX_TOKENS must be a whole number above 0, not {text!r}")
-    return int(text) if text else None
 
 
 def task_from_stdin(
