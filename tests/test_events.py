@@ -5,10 +5,10 @@ the point: test_terminal.py, test_fitted_prompts.py, test_stream.py.)"""
 from __future__ import annotations
 
 import pytest
-from fake_model import reply, tool_call
+from fake_model import FakeClient, completion, reply, tool_call
 
 import agent
-from minimal_agent import display
+from minimal_agent import cost, display
 from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
 from minimal_agent.scripted import ScriptedClient, ScriptedUser
@@ -152,3 +152,49 @@ def test_the_terminal_shows_the_totals_of_a_turn_and_of_a_session(capsys):
         "session: turns 3 (and 1 cancelled), steps 2, tool calls 1, prompt tokens 10, "
         "cache-hit tokens 2, completion tokens 3"
     )
+
+
+def test_compact_in_a_chat_is_told_as_a_compacted_event(workdir):
+    user, seen = ScriptedUser(messages=["second", "/compact"]), Seen()
+    long = "a long answer, " * 200  # longer than the summary that replaces it
+    client = ScriptedClient([reply(long), reply(long), reply("a summary")])
+    agent.chat("first", client, model="m", session=session_for(workdir, user, seen))
+    (compacted,) = seen.of("compacted")
+    assert compacted["record"]["event"] == "compaction" and compacted["text"].startswith("context:")
+    assert "context: asking the model to summarize the earlier conversation" in seen.notices()
+    summary = seen.of("reply")[-1]
+    assert summary["step"] is None and summary["content"] == "a summary"  # counted, no step
+
+
+def test_each_reply_is_priced_and_the_turn_totals_add_up(workdir):
+    usage = {"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}
+    client = FakeClient(
+        completion(reply(None, tool_call("read_file", {"path": "x"}, "c1")), usage=usage),
+        completion(reply("done"), usage=usage, number=2),
+    )
+    seen = Seen()
+    session = session_for(workdir, seen=seen, prices=cost.prices_for("deepseek-flash", {}))
+    agent.run("go", client, model="deepseek-flash", session=session)
+    costs = [fields["cost"] for fields in seen.of("reply")]
+    assert len(costs) == 2 and costs[0] > 0 and costs[0] == costs[1]
+    (totals,) = seen.of("usage")
+    assert totals["scope"] == "turn" and totals["currency"] == "USD"
+    assert totals["totals"]["cost"] == pytest.approx(sum(costs))
+    assert totals["totals"]["usage"]["prompt_tokens"] == 2000
+
+
+def test_a_turns_file_changes_are_told_and_undo_takes_them_back(workdir, tmp_path):
+    user, seen = ScriptedUser(messages=["/undo"]), Seen()
+    client = ScriptedClient([
+        reply(None, tool_call("write_file", {"path": "a.txt", "content": "x"}, "c1")), reply("ok"),
+    ])  # fmt: skip
+    folder = tmp_path / "sessions"
+    folder.mkdir()
+    session = session_for(workdir, user, seen, save=folder / "t.jsonl", sessions_folder=folder)
+    try:
+        agent.chat("make a.txt", client, model="m", session=session)
+    finally:
+        session.close()
+    assert seen.of("file_change") == [{"path": "a.txt", "change": "created"}]
+    assert any(text.startswith("undid turn 1 (make a.txt)") for text in seen.notices())
+    assert not (workdir / "a.txt").exists()
