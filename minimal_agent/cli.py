@@ -6,9 +6,11 @@ ended to the exit code."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
+from pathlib import Path
 
 from minimal_agent import (
     changes,
@@ -53,12 +55,10 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    # The installed command reads the user's own settings file; the lesson, the one beside it.
-    config_file = str(sessions.config_file()) if installed else None
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
-    args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
-    args.workdir = args.workdir or default_workdir(lesson, installed)
+    # The installed command reads the user's own settings file; the lesson, the one beside it.
+    config_file = str(sessions.config_file() if installed else lesson.model_client.CONFIG_FILE)
     # What happens, told to the terminal and to the readers --json and --json-events ask for
     # (on stdout).
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
@@ -69,7 +69,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     code = 1
     try:
         with events.answers_on_stderr(args.json or args.json_events):
-            code = run_session(lesson, parser, args, config_file, stream, outcome)
+            code = run_session(lesson, parser, args, installed, config_file, stream, outcome)
     except SystemExit as end:  # a usage error, or a termination signal's handler
         code = end.code if isinstance(end.code, int) else 1
         outcome.error = outcome.error or parser.mistake
@@ -80,16 +80,18 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
 
 
 def run_session(
-    lesson, parser, args: argparse.Namespace, config_file: str | None, stream: events.Events,
-    outcome: events.Outcome,
+    lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
+    stream: events.Events, outcome: events.Outcome,
 ) -> int:  # fmt: skip
-    """The run main() starts, from the settings (read from config_file, None: the lesson's) to
-    the exit code; outcome keeps its session and result, and stream gets its events, the
-    errors' lines among them."""
-    installed = config_file is not None
+    """The run main() starts, from the settings (read from config_file) to the exit code:
+    --sessions, --undo or --redo, or a conversation; outcome keeps its session and result,
+    and stream gets its events, the errors' lines among them. args is not changed: what is
+    made of it (the workdir, the transcript, chat or not) is kept apart."""
     agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
+    chat = args.chat
+    workdir = args.workdir or default_workdir(lesson, installed)
     try:
         config = model_client.load_config(config_file)
         if args.sessions:
@@ -97,9 +99,9 @@ def run_session(
         agent.check_tools()
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
-            return take_back(args, config, stream)
-        moved = resumed_workdir(args, config, args.workdir_given)
-        check_paths(args)
+            return take_back(args, workdir, config, stream)
+        place = resumed_workdir(args, config, workdir)
+        check_paths(place.workdir, args.workdir is not None, args.save)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)  # a usage error (exit 2) comes first
         if args.replay:
@@ -112,30 +114,30 @@ def run_session(
         settings = parsed(config, args)
         private = private_paths(settings, installed)
         if args.sandbox:
-            processes.check_sandbox(args.workdir, settings.sandbox_limits, private)
+            processes.check_sandbox(place.workdir, settings.sandbox_limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
-        own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
-        stream.notice(f"{source}; workdir {args.workdir}{own}{sandboxed}")
-        if moved:
-            stream.notice(moved)
-        say_private_inside(args.workdir, private, stream)
-        session = outcome.session = open_session(agent, args, settings, private, stream)
+        own = " (the conversation's own)" if place.own else ""
+        stream.notice(f"{source}; workdir {place.workdir}{own}{sandboxed}")
+        if place.note:
+            stream.notice(place.note)
+        say_private_inside(place.workdir, private, stream)
+        session = outcome.session = open_session(agent, args, settings, place, private, stream)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
-        args.chat = args.chat or (installed and not task and sys.stdin.isatty())
-        task = task or task_from_stdin(parser, args, stream)  # with --chat, chat() asks for it
-        result = outcome.result = (agent.chat if args.chat else agent.run)(
+        chat = args.chat or (installed and not task and sys.stdin.isatty())
+        task = task or task_from_stdin(parser, args, chat, stream)  # chat() asks for it
+        result = outcome.result = (agent.chat if chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
         )
     except KeyboardInterrupt:
         stream.notice("interrupted")
-        return stopped(session, args, 130)
+        return stopped(session, args, chat, 130)
     except AgentError as error:  # it may quote what the server sent: never with the key
         failed(stream, without_key(str(error), config.get("api_key")))
-        return stopped(session, args, error_exit_code(error))
+        return stopped(session, args, chat, error_exit_code(error))
     except OSError as error:
         failed(stream, without_key(str(error), config.get("api_key")))
-        return stopped(session, args, 1)
+        return stopped(session, args, chat, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
         failed(stream, missing_package(error))
         return 1
@@ -150,7 +152,7 @@ def run_session(
             stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
             return report_bug(save, config.get("api_key"), stream)
         failed(stream, message)
-        return stopped(session, args, 1)
+        return stopped(session, args, chat, 1)
     finally:
         if session:
             session.close()
@@ -448,44 +450,52 @@ def default_workdir(lesson, installed: bool) -> str:
     return os.getcwd() if installed else lesson.WORKDIR
 
 
-def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str | None:
-    """-c or -r: the conversation's transcript found (args.transcript; None for a new one),
-    and the workdir it goes on in: the one it recorded last, unless --workdir names another
-    (given); then the line that says its history was about the other folder is returned."""
-    args.transcript = None
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where a run works: its workdir, the transcript it goes on with (None: a new
+    conversation), whether that workdir is the one the transcript recorded (own), and the
+    line that says its history was about another folder (note), or None."""
+
+    workdir: str
+    transcript: Path | None = None
+    own: bool = False
+    note: str | None = None
+
+
+def resumed_workdir(args: argparse.Namespace, config: dict, workdir: str) -> Place:
+    """-c or -r: the conversation's transcript found, and the workdir it goes on in: the one
+    it recorded last, unless --workdir names another; a new conversation: workdir."""
     if not (args.continue_last or args.resume):
-        return None
+        return Place(workdir)
     folder = sessions_folder(config)
     if args.resume:
-        args.transcript = sessions.resolve(args.resume, folder)
+        transcript = sessions.resolve(args.resume, folder)
     else:
-        args.transcript = sessions.latest_for(args.workdir, folder)
-        if args.transcript is None:
+        transcript = sessions.latest_for(workdir, folder)
+        if transcript is None:
             raise AgentError(
-                f"there is no saved conversation of the workdir {args.workdir} (in {folder}) to "
+                f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
                 "continue: start one with a task; --sessions lists the saved ones"
             )
-    recorded = sessions.recorded_workdirs(args.transcript)
+    recorded = sessions.recorded_workdirs(transcript)
     if not recorded:  # an older transcript: the workdir as given
-        return None
-    if not given:
-        args.workdir = recorded[-1]
-        return None
-    if os.path.normcase(os.path.realpath(args.workdir)) == os.path.normcase(recorded[-1]):
-        return None
-    return (
+        return Place(workdir, transcript)
+    if args.workdir is None:  # -c and -r go on in their own
+        return Place(recorded[-1], transcript, own=True)
+    if os.path.normcase(os.path.realpath(workdir)) == os.path.normcase(recorded[-1]):
+        return Place(workdir, transcript)
+    return Place(workdir, transcript, note=(
         f"note: this conversation's history is about the workdir {recorded[-1]}; its tools "
-        f"now act in {args.workdir} (--workdir)"
-    )
+        f"now act in {workdir} (--workdir)"
+    ))  # fmt: skip
 
 
-def check_paths(args: argparse.Namespace) -> None:
+def check_paths(workdir: str, given: bool, save: str | None) -> None:
     """Refuse a --workdir or --save that cannot work, naming the option, before any request.
     A --workdir given that does not exist is a mistyped one (exit 2); only a default is made."""
-    workdir, save = args.workdir, args.save
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise AgentError(f"--workdir {workdir} is a file, not a folder: give a folder")
-    if not os.path.exists(workdir) and args.workdir_given:
+    if not os.path.exists(workdir) and given:
         nearest = os.path.abspath(workdir)
         while not os.path.exists(nearest):
             nearest = os.path.dirname(nearest)
@@ -517,8 +527,9 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def open_session(
-    agent, args: argparse.Namespace, settings: Settings, private: list[str], stream: events.Events
-) -> Session:
+    agent, args: argparse.Namespace, settings: Settings, place: Place, private: list[str],
+    stream: events.Events,
+) -> Session:  # fmt: skip
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
     agent is the lesson's module (see main()); private, the user's own paths out of the tools'
@@ -526,7 +537,7 @@ def open_session(
     folder = settings.sessions_folder
     typed = None if args.no_save else sessions.history_file(folder)
     workspace = agent.Workspace(
-        args.workdir,
+        place.workdir,
         args.timeout,
         args.yes,
         args.sandbox,
@@ -540,7 +551,7 @@ def open_session(
     )
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
-        save, history, compaction = resumed(args, stream)
+        save, history, compaction = resumed(place.transcript, stream)
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(folder)
     window = context_window(settings, not args.replay, agent.TOOLS)  # --replay: no server
@@ -585,10 +596,9 @@ def context_window(settings: Settings, server: bool, tools: list[dict]) -> Windo
                   max_tokens=settings.max_tokens, tools=tools)  # fmt: skip
 
 
-def resumed(args: argparse.Namespace, stream: events.Events) -> tuple:
-    """-c or -r: the transcript's path, its messages (checked before anything is sent or
-    added), and its last compaction record (or None)."""
-    path = args.transcript  # found by resumed_workdir
+def resumed(path: Path, stream: events.Events) -> tuple:
+    """-c or -r: the transcript's path (found by resumed_workdir), its messages (checked
+    before anything is sent or added), and its last compaction record (or None)."""
     sessions.check_not_in_use(path)  # first: a live agent's last line may be half written
     try:
         lines = transcript_lines(path)
@@ -603,10 +613,10 @@ def resumed(args: argparse.Namespace, stream: events.Events) -> tuple:
     return str(path), history, compaction
 
 
-def stopped(session: Session | None, args: argparse.Namespace, exit_code: int) -> int:
+def stopped(session: Session | None, args: argparse.Namespace, chat: bool, exit_code: int) -> int:
     """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
     and how to go on are said, as after a run that ended well; returns exit_code."""
-    if session and not args.replay and session.stopped(args.chat):  # replies replayed cost nothing
+    if session and not args.replay and session.stopped(chat):  # replies replayed cost nothing
         say_where_saved(session, args)
     return exit_code
 
@@ -619,7 +629,7 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
         session.events.notice(f"saved as {name}: go on with -c (the latest here) or -r {name}")
 
 
-def take_back(args: argparse.Namespace, config: dict, stream: events.Events) -> int:
+def take_back(args: argparse.Namespace, workdir: str, config: dict, stream: events.Events) -> int:
     """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
     was done (the line says why)."""
     folder = sessions_folder(config)
@@ -627,10 +637,10 @@ def take_back(args: argparse.Namespace, config: dict, stream: events.Events) -> 
     if args.resume:
         path = sessions.resolve(args.resume, folder)
     else:
-        path = sessions.latest_for(args.workdir, folder)
+        path = sessions.latest_for(workdir, folder)
         if path is None:
             raise AgentError(
-                f"there is no saved conversation of the workdir {args.workdir} (in {folder}), "
+                f"there is no saved conversation of the workdir {workdir} (in {folder}), "
                 f"so nothing to {action}; -r ID names another (--sessions lists them)"
             )
     store = sessions.changes_folder(path, folder)
@@ -714,11 +724,11 @@ def streaming(args: argparse.Namespace) -> bool:
 
 
 def task_from_stdin(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, stream: events.Events
+    parser: argparse.ArgumentParser, args: argparse.Namespace, chat: bool, stream: events.Events
 ) -> str:
     """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
-    With --chat, none yet: chat() asks for the first message as for every other."""
-    if args.chat:
+    In a chat, none yet: chat() asks for the first message as for every other."""
+    if chat:
         return ""
     if sys.stdin.isatty():
         if args.continue_last or args.resume:
