@@ -198,3 +198,17 @@ def test_a_turns_file_changes_are_told_and_undo_takes_them_back(workdir, tmp_pat
     assert seen.of("file_change") == [{"path": "a.txt", "change": "created"}]
     assert any(text.startswith("undid turn 1 (make a.txt)") for text in seen.notices())
     assert not (workdir / "a.txt").exists()
+
+
+def test_a_path_outside_the_workdir_is_refused_in_the_tool_result(workdir, tmp_path):
+    (tmp_path / "secret.txt").write_text("key")
+    (workdir / "AGENTS.md").symlink_to(tmp_path / "secret.txt")  # a link leading outside
+    seen = Seen()
+    client = ScriptedClient([
+        reply(None, tool_call("read_file", {"path": "../secret.txt"}, "c1")), reply("ok"),
+    ])  # fmt: skip
+    agent.run("go", client, model="m", session=session_for(workdir, seen=seen))
+    assert "skipped AGENTS.md: it is a link leading outside the workdir" in seen.notices()
+    (result,) = seen.of("tool_result")
+    assert result["result"].startswith("Error: PermissionError: ../secret.txt is outside")
+    assert "key" not in str(client.requests)
