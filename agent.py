@@ -60,7 +60,7 @@ class Workspace:
         confirm_writes: bool = False,
         key: str = "",
         pass_env: frozenset[str] = frozenset(),
-        private: list[str] = (),
+        private: list[str] | tuple[str, ...] = (),
         sandbox_limits: dict = processes.SANDBOX_LIMITS,
         user=None,
         events=None,
