@@ -45,8 +45,6 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from minimal_agent.wire import as_json
-
 VERSION = 1  # of the records --json and --json-events write; a reader can check it
 STATUSES = {0: "finished", 3: "max_steps", 4: "incomplete", 130: "interrupted"}
 EXIT_STATUSES = {1: "error", 2: "usage"}  # a run that ended without a result
@@ -100,6 +98,16 @@ class Events:
     def notice(self, text: str) -> None:
         """A notice: one line for the user."""
         self.emit("notice", text=text)
+
+
+def as_json(resp) -> object:
+    """A response as JSON: the fields the server sent (a ChatCompletion's, as the SDK read
+    them; a stream's, as its chunks made them)."""
+    if hasattr(resp, "model_dump"):
+        return resp.model_dump(mode="json", exclude_unset=True, warnings=False)
+    if isinstance(resp, dict | list | str | int | float | bool) or resp is None:
+        return resp
+    return repr(resp)
 
 
 class Exchanges:

@@ -62,10 +62,11 @@ class Recorder:
         elif kind == "response":
             self.failed(self.pending, fields["error"], fields["started"], fields["seconds"])
 
-    def record(self, body: dict, resp, started: float, seconds: float, streamed: bool,
-               chunks: int | None) -> None:  # fmt: skip
-        """A response: its JSON, the time it took, and for a stream how many chunks made it."""
-        self.write(body, started, seconds, streamed, chunks, {"response": as_json(resp)})
+    def record(self, body: dict, response: object, started: float, seconds: float,
+               streamed: bool, chunks: int | None) -> None:  # fmt: skip
+        """A response (as JSON: the event's body), the time it took, and for a stream how many
+        chunks made it."""
+        self.write(body, started, seconds, streamed, chunks, {"response": response})
 
     def failed(self, body: dict, error: BaseException, started: float, seconds: float) -> None:
         """A request that got no usable response: what went wrong instead."""
@@ -152,16 +153,6 @@ def shared_prefix(earlier: list[dict], messages: list[dict]) -> int:
             break
         shared += 1
     return shared
-
-
-def as_json(resp) -> object:
-    """A response as JSON: the fields the server sent (a ChatCompletion's, as the SDK read
-    them; a stream's, as its chunks made them)."""
-    if hasattr(resp, "model_dump"):
-        return resp.model_dump(mode="json", exclude_unset=True, warnings=False)
-    if isinstance(resp, dict | list | str | int | float | bool) or resp is None:
-        return resp
-    return repr(resp)
 
 
 def ends_with_newline(path: Path) -> bool:

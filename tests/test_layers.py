@@ -83,3 +83,9 @@ def test_only_the_command_line_imports_the_views():
         if short(name) not in VIEWS | WIRING and imported(tree) & VIEWS
     }
     assert found == {}, "the views are readers of the events: the command line makes them"
+
+
+def test_the_stream_of_events_stands_on_the_base_alone():
+    # Every module may emit events and the views read them: the stream itself depends on no
+    # store, tool or view (it imported wire once), only on the base every module shares.
+    assert imported(modules()["events"]) <= {"errors", "text"}
