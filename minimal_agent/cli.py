@@ -109,7 +109,7 @@ def run_session(
         if args.sandbox:
             processes.check_sandbox(args.workdir, limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
-        own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
+        own = " (the conversation's own)" if args.workdir_recorded else ""
         display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
         if moved:
             display.say(moved)
@@ -454,9 +454,11 @@ def default_workdir(lesson, installed: bool) -> str:
 
 def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str | None:
     """-c or -r: the conversation's transcript found (args.transcript; None for a new one),
-    and the workdir it goes on in: the one it recorded last, unless --workdir names another
-    (given); then the line that says its history was about the other folder is returned."""
-    args.transcript = None
+    and the workdir it goes on in: the one it recorded last (args.workdir_recorded), unless
+    --workdir names another (given) or the transcript is not among the user's saved ones (a
+    file anyone may have written chooses no folder); then the line that says its history was
+    about another folder is returned."""
+    args.transcript, args.workdir_recorded = None, False
     if not (args.continue_last or args.resume):
         return None
     folder = sessions_folder(config)
@@ -472,11 +474,17 @@ def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str 
     recorded = sessions.recorded_workdirs(args.transcript)
     if not recorded:  # an older transcript: the workdir as given
         return None
-    if not given:
-        args.workdir = recorded[-1]
+    if not given and sessions.saved_in(args.transcript, folder):
+        args.workdir, args.workdir_recorded = recorded[-1], True
         return None
     if os.path.normcase(os.path.realpath(args.workdir)) == os.path.normcase(recorded[-1]):
         return None
+    if not given:
+        return (
+            f"note: {args.transcript} is not among your saved conversations (in {folder}), so "
+            f"the workdir it names, {recorded[-1]}, is not used: the tools act in "
+            f"{args.workdir} (--workdir DIR chooses another)"
+        )
     return (
         f"note: this conversation's history is about the workdir {recorded[-1]}; its tools "
         f"now act in {args.workdir} (--workdir)"

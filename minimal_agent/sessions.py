@@ -400,12 +400,18 @@ def changes_folder(transcript: str | os.PathLike, folder: str | os.PathLike) -> 
     transcript's real path. The listing and --resume look at .jsonl files only."""
     path = Path(transcript)
     stem = path.name.removesuffix(SUFFIX)
-    if _same_path(path.parent) == _same_path(folder):
+    if saved_in(path, folder):
         return path.with_name(stem + ".changes")
     import hashlib  # here: OpenSSL's loading would slow every start
 
     key = hashlib.blake2b(_same_path(path).encode("utf-8", "surrogateescape"), digest_size=6)
     return Path(folder) / SAVED_STORES / f"{stem}-{key.hexdigest()}.changes"
+
+
+def saved_in(transcript: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether a transcript lies in the sessions folder (the user's own conversation), not
+    elsewhere (a --save FILE, or a file anyone may have written: a repository can ship one)."""
+    return _same_path(Path(transcript).parent) == _same_path(folder)
 
 
 def recorded_workdirs(path: str | os.PathLike) -> list[str]:

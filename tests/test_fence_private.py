@@ -135,3 +135,30 @@ def test_a_sandboxed_command_cannot_plant_a_config_folder_that_is_not_there_yet(
     assert proc.returncode == 0, proc.stderr
     assert not (home / CONFIG).exists()
     assert sorted(p.name for p in (home / ".config").iterdir()) == []
+
+
+# --- Issue 35: a transcript the user did not save does not choose the folder ------------------
+
+
+def test_a_shipped_transcript_does_not_move_the_tools_to_the_folder_it_names(tmp_path):
+    victim, project, home = tmp_path / "victim", tmp_path / "project", tmp_path / "home"
+    for folder in (victim, project, home):
+        folder.mkdir()
+    lines = [
+        {"event": "session", "workdir": str(victim), "model": "deepseek-flash",
+         "started": "2026-12-01T10:00:00Z"},
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "started"},
+    ]  # fmt: skip
+    (project / "demo.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    calls = [tool_call("write_file", {"path": "planted.txt", "content": "x"}, "c1")]
+    with StubServer([reply(None, *calls), reply("done")], api_key=KEY) as server:
+        env = command_env(home, LLM_API_KEY=KEY, LLM_BASE_URL=server.url,
+                          LLM_SESSIONS_DIR=str(home / "sessions"))  # fmt: skip
+        proc = run_command("-r", "./demo.jsonl", "--yes", "continue", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not (victim / "planted.txt").exists()
+    assert (project / "planted.txt").read_text() == "x"
+    [said] = [line for line in proc.stderr.splitlines() if "demo.jsonl" in line and "not" in line]
+    assert str(project) in said and str(victim) in said, said
+    assert "(the conversation's own)" not in proc.stderr
