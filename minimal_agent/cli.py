@@ -86,6 +86,7 @@ def run_session(
     session = None
     try:
         config = model_client.load_config()
+        stream.key = config["api_key"]
         if args.sessions:
             return until_the_reader_stops(list_sessions, config)
         agent.check_tools()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import execute, run_agent, stub_env, use_workspace
+from conftest import execute, run_agent, run_in_process, stub_env, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_command import command_env, run_command, user_config
@@ -162,3 +162,28 @@ def test_a_shipped_transcript_does_not_move_the_tools_to_the_folder_it_names(tmp
     [said] = [line for line in proc.stderr.splitlines() if "demo.jsonl" in line and "not" in line]
     assert str(project) in said and str(victim) in said, said
     assert "(the conversation's own)" not in proc.stderr
+
+
+# --- Issue 35: the key in no record ------------------------------------------------------------
+
+
+def test_the_key_the_user_and_the_model_wrote_is_in_no_record(tmp_path):
+    sessions_dir = tmp_path / "sessions"
+    answer = reply(f"your key is {KEY}, as you said", reasoning=f"they gave {KEY}")
+    with StubServer([answer], api_key=KEY) as server:
+        env = stub_env(server, LLM_API_KEY=KEY, LLM_SESSIONS_DIR=str(sessions_dir))
+        run = run_in_process("--json", "--no-stream", f"remember {KEY}", env=env)
+    assert run.returncode == 0, run.stderr
+    assert server.requests[0]["messages"][-1]["content"] == f"remember {KEY}"  # sent as typed
+    [transcript] = sessions_dir.glob("*.jsonl")
+    records = {path.name: path.read_text() for path in sessions_dir.iterdir() if path.is_file()}
+    assert transcript.name in records and any(name.endswith(".wire") for name in records)
+    name = transcript.name.removesuffix(".jsonl")
+    shown = run_in_process("--show", name, env=env)
+    page = tmp_path / "page.html"
+    written = run_in_process("--html", name, str(page), env=env)
+    assert shown.returncode == written.returncode == 0, shown.stderr + written.stderr
+    for where, text in [*records.items(), ("--json", run.stdout), ("--show", shown.stdout),
+                        ("--html", page.read_text())]:  # fmt: skip
+        assert KEY not in text, where
+    assert "***" in records[transcript.name] and "***" in json.loads(run.stdout)["answer"]
