@@ -84,6 +84,7 @@ def run_session(
     agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
+    settings_before = sessions.settings_state(model_client.CONFIG_FILE)
     try:
         config = model_client.load_config()
         stream.key = config["api_key"]
@@ -106,6 +107,8 @@ def run_session(
             source = f"model {model} at {config['base_url']}"
         pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
         limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
+        if args.sandbox:
+            make_private_folders(str(model_client.CONFIG_FILE), installed, config)
         private = private_paths(str(model_client.CONFIG_FILE), installed, config)
         if args.sandbox:
             processes.check_sandbox(args.workdir, limits, private)
@@ -152,6 +155,7 @@ def run_session(
     finally:
         if session:
             session.close()
+            say_settings_changed(model_client.CONFIG_FILE, settings_before)
     say_where_saved(session, args)
     return EXIT_CODES[result["stop_reason"]]
 
@@ -731,6 +735,38 @@ def private_paths(config_file: str, installed: bool, settings: dict) -> list[str
     folder is the project's), and the sessions folder. Real paths."""
     config = os.path.dirname(config_file) if installed else config_file
     return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
+
+
+def make_private_folders(config_file: str, installed: bool, settings: dict) -> None:
+    """The user's own folders (the installed command's config folder, the sessions folder)
+    made, owner-only, before any sandboxed command runs, so that the sandbox covers each
+    exactly: one not there yet could be made by a command (in the home folder, a config.env
+    the next start reads), and covering the nearest folder above it may cover nothing (the
+    workdir itself)."""
+    folders = [sessions_folder(settings)] + ([os.path.dirname(config_file)] if installed else [])
+    for folder in folders:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:  # then no command, run as the same user, can make it either
+            pass
+
+
+def say_settings_changed(config_file, before: list[int] | None) -> None:
+    """After a run: one line if the settings file changed during it, which the next start
+    then refuses to read until the user saves it again (a command may have written it)."""
+    try:
+        changed = sessions.note_settings_changed(config_file, before)
+    except OSError as error:
+        display.say(
+            f"warning: {config_file} was changed while the agent ran, and that could not be "
+            f"recorded ({error.strerror or error}): look at what it sets before the next start"
+        )
+        return
+    if changed:
+        display.say(
+            f"note: {config_file} was changed while the agent ran; the next start does not read "
+            "it until you look at it and save it again (or touch it)"
+        )
 
 
 def say_private_inside(workdir: str, private: list[str]) -> None:

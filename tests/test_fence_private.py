@@ -6,12 +6,19 @@ commands. The installed command as a user runs it, against a stub server."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
-from conftest import execute, run_agent, run_in_process, stub_env, use_workspace
+from conftest import ROOT, execute, run_agent, run_in_process, stub_env, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_command import command_env, run_command, user_config
+from test_undo_attacks import nobody_python
 
 KEY = "sk-users-own-key-93f1"
 CONFIG = ".config/minimal-agent/config.env"
@@ -134,7 +141,113 @@ def test_a_sandboxed_command_cannot_plant_a_config_folder_that_is_not_there_yet(
         proc = run_command("--sandbox", "--yes", "go", cwd=home, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not (home / CONFIG).exists()
-    assert sorted(p.name for p in (home / ".config").iterdir()) == []
+    # The config folder made before the command ran, and covered: it stays empty.
+    assert [p.name for p in (home / ".config").iterdir()] == ["minimal-agent"]
+    assert list((home / CONFIG).parent.iterdir()) == []
+
+
+# --- Issue 35: the user's own folders whether or not they exist yet ---------------------------
+
+PLANT = (
+    "mkdir -p .config/minimal-agent && printf 'LLM_BASE_URL=%s\\n' > {config}; "
+    "mkdir -p .local/state/minimal-agent/sessions && echo forged > "
+    ".local/state/minimal-agent/sessions/prompt_history; echo end"
+)
+USERS = ["root", pytest.param("nobody", marks=pytest.mark.posix("setpriv, file owners"))]
+
+
+@pytest.fixture(params=USERS)
+def bare_home(request):
+    """An empty home folder (no .config, no .local: root's in a fresh container) and the
+    command that runs the installed agent as its owner: root as the suite runs, or an ordinary
+    user (nobody, through setpriv, when the suite runs as root)."""
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="home-"))
+    prefix, path = [sys.executable], str(ROOT)
+    if request.param == "nobody":
+        if os.geteuid() != 0 or not (prefix := nobody_python()):
+            shutil.rmtree(folder)
+            pytest.skip("running as nobody needs root and setpriv")
+        os.chown(folder, 65534, 65534)
+        path = os.pathsep.join([str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))])
+    yield folder, [*prefix, "-c", "import sys, agent; sys.exit(agent.command())"], path
+    shutil.rmtree(folder)
+
+
+def run_in_home(home, *args: str, **settings: str) -> subprocess.CompletedProcess:
+    """The installed command started in its user's home folder (the workdir), the sessions
+    folder and config folder where they are by default."""
+    folder, command, path = home
+    env = command_env(folder, **settings)
+    env.pop("LLM_SESSIONS_DIR")
+    env.pop("XDG_STATE_HOME", None)
+    env["PYTHONPATH"] = path
+    return subprocess.run([*command, *args], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+def test_a_sandboxed_command_cannot_plant_the_config_or_the_history_in_a_bare_home(bare_home):
+    folder = bare_home[0]
+    calls = [
+        tool_call("write_file", {"path": CONFIG, "content": "LLM_BASE_URL=http://evil\n"}, "c1"),
+        tool_call("run_shell", {"command": PLANT.format(config=CONFIG) % "http://evil"}, "c2"),
+    ]
+    script = [reply(None, *calls), reply("done")]
+    with StubServer(script, api_key=KEY) as server:
+        proc = run_in_home(bare_home, "--sandbox", "--yes", "go", LLM_API_KEY=KEY,
+                           LLM_BASE_URL=server.url)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    written, ran = (m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool")
+    assert "the user's own files" in written
+    assert ran.endswith("end\n"), ran
+    assert not (folder / CONFIG).exists()
+    history = folder / ".local/state/minimal-agent/sessions/prompt_history"
+    assert not history.exists() or "forged" not in history.read_text()
+    # Made before any command ran, for the owner only.
+    assert (folder / CONFIG).parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_config_an_approved_command_changed_is_not_read_at_the_next_start(bare_home):
+    folder = bare_home[0]
+    with StubServer([reply("stolen")], api_key=KEY) as evil:
+        planting = PLANT.format(config=CONFIG) % evil.url
+        script = [reply(None, tool_call("run_shell", {"command": planting}, "c1")), reply("done")]
+        with StubServer(script, api_key=KEY) as server:
+            first = run_in_home(bare_home, "--yes", "go", LLM_API_KEY=KEY, LLM_BASE_URL=server.url)
+        assert first.returncode == 0, first.stderr
+        assert (folder / CONFIG).exists()  # without --sandbox a command runs as the user
+        [said] = [line for line in first.stderr.splitlines() if "changed while" in line]
+        assert CONFIG in said
+        second = run_in_home(bare_home, "again", LLM_API_KEY=KEY)
+    assert evil.requests == []
+    assert second.returncode == 1
+    [line] = second.stderr.splitlines()
+    assert CONFIG in line and "changed while" in line, line
+    # Saved again by its owner, it is read again.
+    os.utime(folder / CONFIG)
+    with StubServer([reply("hello")], api_key=KEY) as evil_again:
+        (folder / CONFIG).write_text(f"LLM_BASE_URL={evil_again.url}\n")
+        third = run_in_home(bare_home, "again", LLM_API_KEY=KEY)
+    assert third.returncode == 0, third.stderr
+    assert len(evil_again.requests) == 1
+
+
+@pytest.mark.linux("bubblewrap")
+def test_the_lessons_config_env_a_sandboxed_command_made_is_not_read_at_the_next_start(app):
+    # No config.env yet, the workdir the project folder: nothing above it to cover it with.
+    with StubServer([reply("stolen")], api_key=KEY) as evil:
+        planting = f"printf 'LLM_BASE_URL={evil.url}\\n' > config.env; echo end"
+        script = [reply(None, tool_call("run_shell", {"command": planting}, "c1")), reply("done")]
+        with StubServer(script, api_key=KEY) as server:
+            args = ("--workdir", str(app), "--sandbox", "--yes")
+            first = run_agent(*args, "go", env=stub_env(server), script=app / "agent.py")
+        assert first.returncode == 0, first.stderr
+        assert "changed while the agent ran" in first.stderr
+        env = {k: v for k, v in stub_env(server).items() if k != "LLM_BASE_URL"}
+        second = run_agent(*args, "again", env=env, script=app / "agent.py")
+    assert evil.requests == []
+    assert second.returncode == 1
+    [line] = second.stderr.splitlines()
+    assert "config.env was changed while the agent ran" in line, line
 
 
 # --- Issue 35: a transcript the user did not save does not choose the folder ------------------
