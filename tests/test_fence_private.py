@@ -153,7 +153,7 @@ PLANT = (
     "mkdir -p .local/state/minimal-agent/sessions && echo forged > "
     ".local/state/minimal-agent/sessions/prompt_history; echo end"
 )
-USERS = ["root", pytest.param("nobody", marks=pytest.mark.posix("setpriv, file owners"))]
+USERS = ["root", "nobody"]
 
 
 @pytest.fixture(params=USERS)
@@ -185,6 +185,7 @@ def run_in_home(home, *args: str, **settings: str) -> subprocess.CompletedProces
                           timeout=60)  # fmt: skip
 
 
+@pytest.mark.linux("bubblewrap")
 def test_a_sandboxed_command_cannot_plant_the_config_or_the_history_in_a_bare_home(bare_home):
     folder = bare_home[0]
     calls = [
@@ -206,6 +207,7 @@ def test_a_sandboxed_command_cannot_plant_the_config_or_the_history_in_a_bare_ho
     assert (folder / CONFIG).parent.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.posix("the XDG config folder, a shell's mkdir -p and printf")
 def test_a_config_an_approved_command_changed_is_not_read_at_the_next_start(bare_home):
     folder = bare_home[0]
     with StubServer([reply("stolen")], api_key=KEY) as evil:
