@@ -15,6 +15,7 @@ import unicodedata
 from urllib.parse import urlsplit
 
 from minimal_agent.errors import AgentError
+from minimal_agent.sessions import refuse_settings_changed_by_a_run
 
 LESSON_CONFIG = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
 CONFIG_FILE = LESSON_CONFIG  # the file read; the installed command reads the user's own (cli.py)
@@ -64,8 +65,10 @@ def config_file_settings() -> dict[str, str | None]:
     """The variables config.env sets ({} if there is none); it must be UTF-8 text.
 
     Read, not loaded into os.environ, which run_shell's commands inherit (less the key and every
-    secret-looking name: processes.command_environment).
+    secret-looking name: processes.command_environment). Not read at all, in one line, while it
+    is as a run of the agent left it after changing it: a command may have written it.
     """
+    refuse_settings_changed_by_a_run(CONFIG_FILE)
     try:
         with open(CONFIG_FILE, "rb") as file:
             data = file.read()

@@ -84,8 +84,10 @@ def run_session(
     agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
+    settings_before = sessions.settings_state(model_client.CONFIG_FILE)
     try:
         config = model_client.load_config()
+        stream.key = config["api_key"]
         if args.sessions:
             return until_the_reader_stops(list_sessions, config)
         agent.check_tools()
@@ -105,11 +107,13 @@ def run_session(
             source = f"model {model} at {config['base_url']}"
         pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
         limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
+        if args.sandbox:
+            make_private_folders(str(model_client.CONFIG_FILE), installed, config)
         private = private_paths(str(model_client.CONFIG_FILE), installed, config)
         if args.sandbox:
             processes.check_sandbox(args.workdir, limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
-        own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
+        own = " (the conversation's own)" if args.workdir_recorded else ""
         display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
         if moved:
             display.say(moved)
@@ -151,6 +155,7 @@ def run_session(
     finally:
         if session:
             session.close()
+            say_settings_changed(model_client.CONFIG_FILE, settings_before)
     say_where_saved(session, args)
     return EXIT_CODES[result["stop_reason"]]
 
@@ -454,9 +459,11 @@ def default_workdir(lesson, installed: bool) -> str:
 
 def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str | None:
     """-c or -r: the conversation's transcript found (args.transcript; None for a new one),
-    and the workdir it goes on in: the one it recorded last, unless --workdir names another
-    (given); then the line that says its history was about the other folder is returned."""
-    args.transcript = None
+    and the workdir it goes on in: the one it recorded last (args.workdir_recorded), unless
+    --workdir names another (given) or the transcript is not among the user's saved ones (a
+    file anyone may have written chooses no folder); then the line that says its history was
+    about another folder is returned."""
+    args.transcript, args.workdir_recorded = None, False
     if not (args.continue_last or args.resume):
         return None
     folder = sessions_folder(config)
@@ -472,11 +479,17 @@ def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str 
     recorded = sessions.recorded_workdirs(args.transcript)
     if not recorded:  # an older transcript: the workdir as given
         return None
-    if not given:
-        args.workdir = recorded[-1]
+    if not given and sessions.saved_in(args.transcript, folder):
+        args.workdir, args.workdir_recorded = recorded[-1], True
         return None
     if os.path.normcase(os.path.realpath(args.workdir)) == os.path.normcase(recorded[-1]):
         return None
+    if not given:
+        return (
+            f"note: {args.transcript} is not among your saved conversations (in {folder}), so "
+            f"the workdir it names, {recorded[-1]}, is not used: the tools act in "
+            f"{args.workdir} (--workdir DIR chooses another)"
+        )
     return (
         f"note: this conversation's history is about the workdir {recorded[-1]}; its tools "
         f"now act in {args.workdir} (--workdir)"
@@ -722,6 +735,38 @@ def private_paths(config_file: str, installed: bool, settings: dict) -> list[str
     folder is the project's), and the sessions folder. Real paths."""
     config = os.path.dirname(config_file) if installed else config_file
     return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
+
+
+def make_private_folders(config_file: str, installed: bool, settings: dict) -> None:
+    """The user's own folders (the installed command's config folder, the sessions folder)
+    made, owner-only, before any sandboxed command runs, so that the sandbox covers each
+    exactly: one not there yet could be made by a command (in the home folder, a config.env
+    the next start reads), and covering the nearest folder above it may cover nothing (the
+    workdir itself)."""
+    folders = [sessions_folder(settings)] + ([os.path.dirname(config_file)] if installed else [])
+    for folder in folders:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:  # then no command, run as the same user, can make it either
+            pass
+
+
+def say_settings_changed(config_file, before: list[int] | None) -> None:
+    """After a run: one line if the settings file changed during it, which the next start
+    then refuses to read until the user saves it again (a command may have written it)."""
+    try:
+        changed = sessions.note_settings_changed(config_file, before)
+    except OSError as error:
+        display.say(
+            f"warning: {config_file} was changed while the agent ran, and that could not be "
+            f"recorded ({error.strerror or error}): look at what it sets before the next start"
+        )
+        return
+    if changed:
+        display.say(
+            f"note: {config_file} was changed while the agent ran; the next start does not read "
+            "it until you look at it and save it again (or touch it)"
+        )
 
 
 def say_private_inside(workdir: str, private: list[str]) -> None:

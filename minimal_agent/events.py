@@ -31,6 +31,7 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
+from minimal_agent.errors import without_key
 from minimal_agent.wire import as_json
 
 VERSION = 1  # of the records --json and --json-events write; a reader can check it
@@ -46,6 +47,7 @@ class Events:
 
     def __init__(self) -> None:
         self.readers: list[Reader] = []
+        self.key = ""  # the API key, once the settings are read: kept out of what readers write
 
     def subscribe(self, reader: Reader) -> None:
         self.readers.append(reader)
@@ -141,23 +143,24 @@ def end_record(outcome: Outcome, exit_code: int) -> dict:
     return record
 
 
-def write(out: TextIO, record: dict) -> None:
+def write(out: TextIO, record: dict, key: str) -> None:
     """One JSON object on a line of its own, handed on at once (ASCII only: whatever the
-    console's encoding, the line stays valid JSON)."""
+    console's encoding, the line stays valid JSON), the API key replaced (the user may have
+    typed it, and the model repeated it)."""
     with contextlib.suppress(BrokenPipeError, ValueError):  # the script stopped reading
-        out.write(json.dumps(record) + "\n")
+        out.write(without_key(json.dumps(record), key) + "\n")
         out.flush()
 
 
 class JsonResult:
     """--json: the end record, the only thing on stdout."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+    def __init__(self, out: TextIO, events: Events) -> None:
+        self.out, self.events = out, events
 
     def __call__(self, kind: str, fields: dict) -> None:
         if kind == "end":
-            write(self.out, fields)
+            write(self.out, fields, self.events.key)
 
 
 class JsonLines:
@@ -165,13 +168,13 @@ class JsonLines:
     turn_start, reply, tool_call, tool_result, file_change, turn_end, and last end (the
     record --json writes). The request and response bodies stay off it."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+    def __init__(self, out: TextIO, events: Events) -> None:
+        self.out, self.events = out, events
         self.step: int | None = None
 
     def __call__(self, kind: str, fields: dict) -> None:
         for record in self.records(kind, fields):
-            write(self.out, {"version": VERSION, **record})
+            write(self.out, {"version": VERSION, **record}, self.events.key)
 
     def records(self, kind: str, fields: dict):
         if kind == "turn":
@@ -207,9 +210,9 @@ def for_options(json_result: bool, json_lines: bool, out: TextIO) -> tuple[Event
     events, outcome = Events(), Outcome()
     events.subscribe(outcome)
     if json_result:  # with both (a usage error), --json's one object
-        events.subscribe(JsonResult(out))
+        events.subscribe(JsonResult(out, events))
     elif json_lines:
-        events.subscribe(JsonLines(out))
+        events.subscribe(JsonLines(out, events))
     return events, outcome
 
 

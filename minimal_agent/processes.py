@@ -196,10 +196,11 @@ def bwrap_command(
 ) -> list[str]:
     """command under bubblewrap, in a world of its own: the system's folders that programs need
     (read-only), folder (writable, at its real path, so paths look the same), a private /tmp of
-    limits["tmp"] bytes, its own /dev and /proc; nothing else of the host (no home folder, no
-    /run, none of its unix sockets), the rest read-only, and the paths of hidden that lie in
-    folder (the user's own: Workspace.private) covered by an empty read-only folder or file (a
-    missing one, its nearest folder that exists, so that no command plants it; not folder).
+    limits["tmp"] bytes, its own /dev (read-only but for a /dev/shm of limits["tmp"] bytes too)
+    and /proc; nothing else of the host (no home folder, no /run, none of its unix sockets),
+    the rest read-only, and the paths of hidden that lie in folder (the user's own:
+    Workspace.private) covered by an empty read-only folder or file (a missing one, its nearest
+    folder that exists, so that no command plants it; not folder).
     Its own user namespace with no capabilities, even for root (the same uid and gid inside),
     its own network (not even the host's 127.0.0.1), PID and IPC namespaces, a session of its
     own (no terminal to type into), killed if the agent dies; at most limits["processes"]
@@ -227,6 +228,9 @@ def bwrap_command(
     return [
         "bwrap", *user, "--cap-drop", "ALL", *system, "--dev", "/dev", "--proc", "/proc",
         "--size", str(limits["tmp"]), "--tmpfs", "/tmp",
+        # /dev is a memory filesystem without a limit: its shm bounded as /tmp, the rest
+        # read-only (writing to a device, /dev/null say, still works)
+        "--size", str(limits["tmp"]), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
         "--bind", folder, folder,  # after --tmpfs /tmp, so a folder inside /tmp stays visible
         *covered,  # after the folder's bind, over it
         "--remount-ro", "/",  # the bare root: writes beside the folder fail instead of vanishing

@@ -74,7 +74,7 @@ class Session:
         self.prompt = prompt or Prompt()  # where --chat's messages are typed
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
-        self.transcript = Transcript.open(save) if save else None
+        self.transcript = Transcript.open(save, workspace.key) if save else None
         self.messages = Conversation(history or [], self.transcript, self.appended)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.

@@ -13,6 +13,7 @@ imports on every system.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
+from minimal_agent import files
 from minimal_agent.display import one_line, visible
 from minimal_agent.errors import AgentError
 
@@ -79,6 +81,53 @@ def config_file(env: Mapping[str, str] | None = None) -> Path:
         user_folder(env, ("APPDATA", "Roaming"), ("XDG_CONFIG_HOME", ".config"))
         / APP
         / "config.env"
+    )
+
+
+CHANGED_BY_A_RUN = ".changed-by-a-run"  # beside the settings file: as a run left it
+
+
+def settings_state(path: str | os.PathLike) -> list[int] | None:
+    """What tells a settings file changed (None: there is none): its inode, size, and its
+    modification and inode-change times (the last can be set by no one, and any write or
+    save, a `touch` too, moves it)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns]
+
+
+def note_settings_changed(path: str | os.PathLike, before: list[int] | None) -> bool:
+    """After a run: whether the settings file at path changed since its start (state before),
+    and if so, its state now recorded beside it, so the next start does not read it unasked
+    (see refuse_settings_changed_by_a_run). A run's commands could have written it."""
+    now = settings_state(path)
+    if now is None or now == before:
+        return False
+    record = str(path) + CHANGED_BY_A_RUN
+    files.write_atomically(os.path.dirname(record), record, json.dumps(now))
+    return True
+
+
+def refuse_settings_changed_by_a_run(path: str | os.PathLike) -> None:
+    """Refuse, in one line, to read a settings file that is as a run of the agent left it
+    after changing it (LLM_BASE_URL would take the key elsewhere): read by the user and saved
+    again, it is read again."""
+    record = str(path) + CHANGED_BY_A_RUN
+    try:
+        with open(record, "rb") as file:
+            left = json.loads(file.read())
+    except (OSError, ValueError):
+        return
+    if left != settings_state(path):  # saved since: the user's
+        with contextlib.suppress(OSError):
+            os.unlink(record)
+        return
+    raise SessionError(
+        f"{path} was changed while the agent ran (by a command it ran, or by you meanwhile), "
+        "so it is not read: look at what it sets (LLM_BASE_URL gets your key), then save it "
+        "again (or touch it) to have it read"
     )
 
 
@@ -400,12 +449,18 @@ def changes_folder(transcript: str | os.PathLike, folder: str | os.PathLike) -> 
     transcript's real path. The listing and --resume look at .jsonl files only."""
     path = Path(transcript)
     stem = path.name.removesuffix(SUFFIX)
-    if _same_path(path.parent) == _same_path(folder):
+    if saved_in(path, folder):
         return path.with_name(stem + ".changes")
     import hashlib  # here: OpenSSL's loading would slow every start
 
     key = hashlib.blake2b(_same_path(path).encode("utf-8", "surrogateescape"), digest_size=6)
     return Path(folder) / SAVED_STORES / f"{stem}-{key.hexdigest()}.changes"
+
+
+def saved_in(transcript: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether a transcript lies in the sessions folder (the user's own conversation), not
+    elsewhere (a --save FILE, or a file anyone may have written: a repository can ship one)."""
+    return _same_path(Path(transcript).parent) == _same_path(folder)
 
 
 def recorded_workdirs(path: str | os.PathLike) -> list[str]:

@@ -14,7 +14,7 @@ import os
 
 from minimal_agent import sessions
 from minimal_agent.display import one_line, say, visible
-from minimal_agent.errors import AgentError
+from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
 from minimal_agent.tool_schema import json_kind
 
@@ -66,21 +66,23 @@ class Conversation(list):
 
 class Transcript:
     """A transcript file open for appending, locked for as long as this agent writes it (one
-    writer per transcript; the lock goes with the process, however it ends)."""
+    writer per transcript; the lock goes with the process, however it ends). key: the API key,
+    replaced wherever it would be written (the user may type it, the model repeat it)."""
 
-    def __init__(self, path: str | os.PathLike, file, new: bool) -> None:
+    def __init__(self, path: str | os.PathLike, file, new: bool, key: str = "") -> None:
         self.path = path
         self.file = file
         self.new = new  # made by this agent: removed again if nothing is ever written to it
+        self.key = key
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Transcript:
+    def open(cls, path: str | os.PathLike, key: str = "") -> Transcript:
         new = not os.path.exists(path) or os.path.getsize(path) == 0
-        return cls(path, sessions.open_for_append(path), new)
+        return cls(path, sessions.open_for_append(path), new, key)
 
     def write(self, entry: dict) -> None:
         """One message or event as one line, handed to the system at once."""
-        self.file.write((json.dumps(entry) + "\n").encode("utf-8"))
+        self.file.write((without_key(json.dumps(entry), self.key) + "\n").encode("utf-8"))
         self.file.flush()
 
     def close(self) -> None:

@@ -396,6 +396,17 @@ def test_filling_tmp_stops_at_its_limit(sandbox):
     assert result.endswith("\n1\n8388608\n"), result
 
 
+def test_the_other_writable_places_stop_at_the_tmp_limit_or_are_read_only(sandbox):
+    # /dev is a memory filesystem of bwrap's own, and /dev/shm a folder in it: unbounded, a
+    # command could fill the machine's memory there instead of in /tmp.
+    sandbox_limits(sandbox, "tmp=8M")
+    result = shell("head -c 20000000 /dev/zero > /dev/shm/fill; echo $?; wc -c < /dev/shm/fill")
+    assert "No space left on device" in result, result
+    assert result.endswith("\n1\n8388608\n"), result
+    result = shell("head -c 1000 /dev/zero > /dev/fill; echo $?; echo out > /dev/null && echo ok")
+    assert "Read-only file system" in result and result.endswith("\n2\nok\n"), result
+
+
 FORKS = """
 import os, time
 started = 0
