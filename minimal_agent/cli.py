@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import select
+import stat
 import sys
 
 from minimal_agent import (
@@ -37,7 +39,7 @@ DEMO_TASK = (
     "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
     f"{PYTHON}, and tell me the real output."
 )
-EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
+EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4, "refused": 5}
 
 
 def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> int:
@@ -152,6 +154,10 @@ def run_session(
         if session:
             session.close()
     say_where_saved(session, args)
+    if result["stop_reason"] == "finished" and session.refused:
+        # Calls that needed an approval nobody could give (each said so where it was
+        # refused): the model may say the work is done, but for a script it is no success.
+        return EXIT_CODES["refused"]
     return EXIT_CODES[result["stop_reason"]]
 
 
@@ -179,7 +185,8 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
         "conversation is saved, so it can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
-        f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
+        "4 the answer is cut off or empty, 5 finished but calls were refused for want of an "
+        f"approval nobody could give, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
@@ -791,14 +798,28 @@ def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("-c and -r need the next message: give it as words, or add --chat")
         display.say(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
-    display.say(
-        "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
-        "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
-    )
+    if someone_may_type():
+        display.say(
+            "no task given, so it is read from stdin (not a terminal): type or paste it, then "
+            "end it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
+        )
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
     return task
+
+
+def someone_may_type() -> bool:
+    """Whether a person may be typing the task on stdin (not a terminal, as an IDE's console):
+    nothing is there to read yet. A pipe or a file that holds the task needs no typing hint."""
+    try:
+        return not select.select([sys.stdin], [], [], 0.2)[0]
+    except (OSError, ValueError):  # Windows: select takes sockets only
+        pass
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # no file at all (a test's StringIO): nobody types there
+        return False
 
 
 def exit_without_collecting() -> None:

@@ -183,7 +183,7 @@ def test_below_60x24_one_line_refuses_to_ask_and_nothing_runs(workdir, rows, col
         child = agent_on_terminal(server, rows, columns, "--workdir", str(workdir), "go")
         child.expect_exact("done")
         output = child.logfile_read.getvalue().decode()
-        assert finish(child) == 0
+        assert finish(child) == 5  # refused for want of approval
     assert "Run it?" not in output
     assert f"not run: the terminal is {columns}x{rows}, too small" in output
     assert not (workdir / "X").exists()
@@ -334,7 +334,7 @@ def test_the_write_prompt_refuses_to_ask_below_60x24(workdir):
                                   "go")  # fmt: skip
         child.expect_exact("done")
         output = child.logfile_read.getvalue().decode()
-        assert finish(child) == 0
+        assert finish(child) == 5  # refused for want of approval
     assert "Write it?" not in output and "not written: the terminal is 80x20" in output
     assert not (workdir / "a.txt").exists()
 
