@@ -337,7 +337,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "--undo",
         action="store_true",
         help="put the workdir back as it was before the last turn of its latest conversation "
-        "(-r ID: of that one); again: one more turn back",
+        "that changed files (-r ID: of that one); again: one more turn back",
     )
     add("--redo", action="store_true", help="put back what the last --undo took away")
     add(
@@ -642,19 +642,14 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
 
 
 def take_back(args: argparse.Namespace, config: dict) -> int:
-    """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
-    was done (the line says why)."""
+    """--undo or --redo: in -r's conversation, or the latest of the workdir's with a turn to
+    take back (or put back); exit 1 if nothing was done (the line says why)."""
     folder = sessions_folder(config)
     action = "undo" if args.undo else "redo"
     if args.resume:
         path = sessions.resolve(args.resume, folder)
     else:
-        path = sessions.latest_for(args.workdir, folder)
-        if path is None:
-            raise AgentError(
-                f"there is no saved conversation of the workdir {args.workdir} (in {folder}), "
-                f"so nothing to {action}; -r ID names another (--sessions lists them)"
-            )
+        path = latest_to_take_back(args.workdir, folder, action)
     store = sessions.changes_folder(path, folder)
     name = path.name.removesuffix(sessions.SUFFIX)
     if not store.is_dir():
@@ -667,6 +662,28 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
         how = f"--{action} --force"
         done = changes.take_back(store, action, args.force, how, workdirs, name)
     return 0 if done else 1
+
+
+def latest_to_take_back(workdir: str, folder, action: str):
+    """--undo or --redo without -r: the workdir's latest conversation that has a turn to
+    undo (or redo), named when a later one has none (it only read files, say); else its
+    latest conversation, whose store then says why there is nothing to do."""
+    found = list(sessions.conversations_of(workdir, folder))
+    if not found:
+        raise AgentError(
+            f"there is no saved conversation of the workdir {workdir} (in {folder}), so "
+            f"nothing to {action}; -r ID names another (--sessions lists them)"
+        )
+    for path in found:
+        if changes.has_turn_to(sessions.changes_folder(path, folder), action):
+            if path != found[0]:
+                latest, chosen = (p.name.removesuffix(sessions.SUFFIX) for p in (found[0], path))
+                display.say(
+                    f"the latest conversation here, {latest}, has no turn to {action}: "
+                    f"{action}ing in {chosen}, the latest that has one (-r ID picks another)"
+                )
+            return path
+    return found[0]
 
 
 def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_client) -> int:
