@@ -9,16 +9,19 @@ import io
 import json
 import os
 import re
+import selectors
 import signal
 import subprocess
 import sys
+import threading
 
 import jsonschema
 import pytest
 from conftest import ROOT, clean_env, run_agent, run_in_process, stub_env, wait_for
 from fake_model import FakeClient, reply, tool_call
 from referencing import Registry, Resource
-from stub_server import Billed, Fail, StubServer
+from stub_server import Billed, Fail, Streamed, StubServer
+from test_chat import read_line
 
 import agent
 from minimal_agent import events
@@ -332,3 +335,32 @@ def test_the_ctrl_d_hint_only_where_a_person_may_be_typing(workdir):
     assert CTRL_D_HINT in first
     assert typed.returncode == 0 and json.loads(out)["answer"] == "two"
     assert server.requests[0]["messages"][-1]["content"] == "the typed task"
+
+
+@pytest.mark.posix("select() on a pipe, which Windows allows only on sockets")
+def test_a_reader_of_json_events_gets_the_first_event_while_the_model_is_still_asked(workdir):
+    """Issue 40: each event is handed on when it happens, not when the output's buffer is
+    full or the run ends: the turn_start line is there while the reply is still held back,
+    and nothing after it yet."""
+    held = threading.Event()
+    with StubServer([Streamed(reply("done"), hold=held)]) as server:
+        env = stub_env(server)
+        env.pop("PYTHONUNBUFFERED", None)  # a pipe gets block-buffered output, as for users
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--stream",
+             "--json-events", "go"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        try:
+            first = json.loads(read_line(proc.stdout, timeout=60))
+            more = selectors.DefaultSelector()
+            more.register(proc.stdout, selectors.EVENT_READ)
+            assert not more.select(0) and proc.poll() is None  # still waiting on the model
+            held.set()
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            held.set()
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert first["type"] == "turn_start" and first["task"] == "go"
+    assert [line["type"] for line in the_events(rest.decode())] == ["reply", "turn_end", "end"]
