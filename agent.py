@@ -68,6 +68,7 @@ class Workspace:
         # The user's own paths (config, sessions, this conversation's records): out of reach
         self.private: list[str] = []
         self.sandbox_limits = processes.SANDBOX_LIMITS  # /tmp, processes, memory
+        self.refused: list[str] = []  # why calls were refused: an approval nobody could give
 
     def path(self, name: str) -> str:
         """The real location of name, relative to the folder; refused if it lies outside it,

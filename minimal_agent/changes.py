@@ -895,6 +895,18 @@ def take_back(
     return True
 
 
+def has_turn_to(folder: Path, action: str) -> bool:
+    """Whether the store folder holds a turn to undo (action "undo") or to redo; a store that
+    does not check out counts, so that taking it back says why it cannot."""
+    if not folder.is_dir():
+        return False
+    try:
+        history = History.read(folder)
+    except BadStore:
+        return True
+    return bool(history.done if action == "undo" else history.undone)
+
+
 def undo(folder, force: bool = False, workdirs: list[str] = ()) -> tuple[int, str, list[str]]:
     """Put the workdir back as it was before the last turn in force; returns the turn, its
     task and one line per path. Conflict (nothing restored) if a path changed since, unless

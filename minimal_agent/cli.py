@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import select
+import stat
 import sys
 
 from minimal_agent import (
@@ -37,7 +39,7 @@ DEMO_TASK = (
     "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
     f"{PYTHON}, and tell me the real output."
 )
-EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
+EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4, "refused": 5}
 
 
 def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> int:
@@ -157,6 +159,10 @@ def run_session(
             session.close()
             say_settings_changed(model_client.CONFIG_FILE, settings_before)
     say_where_saved(session, args)
+    if result["stop_reason"] == "finished" and session.refused:
+        # Calls that needed an approval nobody could give (each said so where it was
+        # refused): the model may say the work is done, but for a script it is no success.
+        return EXIT_CODES["refused"]
     return EXIT_CODES[result["stop_reason"]]
 
 
@@ -184,7 +190,8 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
         "conversation is saved, so it can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
-        f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
+        "4 the answer is cut off or empty, 5 finished but calls were refused for want of an "
+        f"approval nobody could give, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
@@ -335,7 +342,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "--undo",
         action="store_true",
         help="put the workdir back as it was before the last turn of its latest conversation "
-        "(-r ID: of that one); again: one more turn back",
+        "that changed files (-r ID: of that one); again: one more turn back",
     )
     add("--redo", action="store_true", help="put back what the last --undo took away")
     add(
@@ -648,19 +655,14 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
 
 
 def take_back(args: argparse.Namespace, config: dict) -> int:
-    """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
-    was done (the line says why)."""
+    """--undo or --redo: in -r's conversation, or the latest of the workdir's with a turn to
+    take back (or put back); exit 1 if nothing was done (the line says why)."""
     folder = sessions_folder(config)
     action = "undo" if args.undo else "redo"
     if args.resume:
         path = sessions.resolve(args.resume, folder)
     else:
-        path = sessions.latest_for(args.workdir, folder)
-        if path is None:
-            raise AgentError(
-                f"there is no saved conversation of the workdir {args.workdir} (in {folder}), "
-                f"so nothing to {action}; -r ID names another (--sessions lists them)"
-            )
+        path = latest_to_take_back(args.workdir, folder, action)
     store = sessions.changes_folder(path, folder)
     name = path.name.removesuffix(sessions.SUFFIX)
     if not store.is_dir():
@@ -673,6 +675,28 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
         how = f"--{action} --force"
         done = changes.take_back(store, action, args.force, how, workdirs, name)
     return 0 if done else 1
+
+
+def latest_to_take_back(workdir: str, folder, action: str):
+    """--undo or --redo without -r: the workdir's latest conversation that has a turn to
+    undo (or redo), named when a later one has none (it only read files, say); else its
+    latest conversation, whose store then says why there is nothing to do."""
+    found = list(sessions.conversations_of(workdir, folder))
+    if not found:
+        raise AgentError(
+            f"there is no saved conversation of the workdir {workdir} (in {folder}), so "
+            f"nothing to {action}; -r ID names another (--sessions lists them)"
+        )
+    for path in found:
+        if changes.has_turn_to(sessions.changes_folder(path, folder), action):
+            if path != found[0]:
+                latest, chosen = (p.name.removesuffix(sessions.SUFFIX) for p in (found[0], path))
+                display.say(
+                    f"the latest conversation here, {latest}, has no turn to {action}: "
+                    f"{action}ing in {chosen}, the latest that has one (-r ID picks another)"
+                )
+            return path
+    return found[0]
 
 
 def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_client) -> int:
@@ -836,14 +860,28 @@ def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -
             parser.error("-c and -r need the next message: give it as words, or add --chat")
         display.say(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
-    display.say(
-        "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
-        "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
-    )
+    if someone_may_type():
+        display.say(
+            "no task given, so it is read from stdin (not a terminal): type or paste it, then "
+            "end it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
+        )
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
     return task
+
+
+def someone_may_type() -> bool:
+    """Whether a person may be typing the task on stdin (not a terminal, as an IDE's console):
+    nothing is there to read yet. A pipe or a file that holds the task needs no typing hint."""
+    try:
+        return not select.select([sys.stdin], [], [], 0.2)[0]
+    except (OSError, ValueError):  # Windows: select takes sockets only
+        pass
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # no file at all (a test's StringIO): nobody types there
+        return False
 
 
 def exit_without_collecting() -> None:

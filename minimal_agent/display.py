@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import time
+from typing import NoReturn
 
 
 def say(text: str, paint: str = "") -> None:
@@ -95,12 +96,14 @@ def approved(ws, command: str) -> bool:
     if ws.approve_all:
         return True
     if not sys.stdin.isatty():
-        say("  not run: stdin is not a terminal, so nobody can approve it (start with --yes)")
-        raise PermissionError(
+        nobody_can_approve(
+            ws,
+            "  not run",
+            "stdin is not a terminal, so nobody can approve it (start with --yes)",
             "the command was not run: it needs the user's approval and nobody can give it "
-            "here (the user can restart the agent with --yes)"
+            "here (the user can restart the agent with --yes)",
         )
-    refuse_a_small_screen("the command was not run", "  not run")
+    refuse_a_small_screen(ws, "the command was not run", "  not run")
     where = " in the sandbox" if ws.sandbox else ""
     question = f"  Run it{where}? [y/N/a] (a: this and every later one this session) "
     while True:
@@ -130,20 +133,28 @@ def answered(question: str) -> str:
 MIN_ROWS, MIN_COLUMNS = 24, 60  # the smallest terminal a prompt is fitted to
 
 
-def refuse_a_small_screen(what_happened: str, said: str) -> None:
+def refuse_a_small_screen(ws, what_happened: str, said: str) -> None:
     """One line and a PermissionError for the model when the terminal is smaller than
     MIN_COLUMNS x MIN_ROWS: there a prompt could not show what it asks about."""
     rows, columns = screen_size()
     if rows >= MIN_ROWS and columns >= MIN_COLUMNS:
         return
-    say(
-        f"{said}: the terminal is {columns}x{rows}, too small to show what it asks about "
-        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})"
-    )
-    raise PermissionError(
+    nobody_can_approve(
+        ws,
+        said,
+        f"the terminal is {columns}x{rows}, too small to show what it asks about "
+        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})",
         f"{what_happened}: the user's terminal is too small to show it for approval "
-        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)"
+        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)",
     )
+
+
+def nobody_can_approve(ws, said: str, why: str, told: str) -> NoReturn:
+    """Refuse a call that needs an approval nobody can give: said and why on stderr, why kept
+    in ws.refused (the run's result names the call and why: --json), told to the model."""
+    say(f"{said}: {why}")
+    ws.refused.append(why)
+    raise PermissionError(told)
 
 
 def command_lines(command: str, rows: int, columns: int) -> list[str]:
@@ -500,15 +511,14 @@ def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
     """--confirm-writes: the change and a [y/N/a] prompt, as for a command; a approves this
     and every later write of the session. Without a terminal nobody can answer."""
     if not sys.stdin.isatty():
-        say(
-            "  not written: stdin is not a terminal, so nobody can approve it (start without "
-            "--confirm-writes)"
-        )
-        raise PermissionError(
+        nobody_can_approve(
+            ws,
+            "  not written",
+            "stdin is not a terminal, so nobody can approve it (start without --confirm-writes)",
             "the file was not written: the user asked to approve each write and nobody can "
-            "approve it here (the user can restart the agent without --confirm-writes)"
+            "approve it here (the user can restart the agent without --confirm-writes)",
         )
-    refuse_a_small_screen("the file was not written", "  not written")
+    refuse_a_small_screen(ws, "the file was not written", "  not written")
     question = "  Write it? [y/N/a] (a: this and every later write this session) "
     while True:
         rows, columns = screen_size()

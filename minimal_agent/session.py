@@ -114,8 +114,10 @@ class Session:
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
+        self.turns_begun = 0  # and those cut short, by the budget or a signal too
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
+        self.refused: list[dict] = []  # the calls refused for want of approval: id, name, why
 
     def note_workdir(self, save: str | os.PathLike) -> None:
         """A resumed conversation going on in a workdir other than its last: said in its
@@ -153,6 +155,7 @@ class Session:
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         self.in_turn = True
+        self.turns_begun += 1
         self.events.emit("turn", turn=self.turn_number(), task=task)
         return messages
 
@@ -161,7 +164,23 @@ class Session:
         return self.turns + self.cancelled + self.failed + 1
 
     def appended(self, message: dict) -> None:
-        self.events.emit("message", message=message)
+        """Each message added to the conversation, told to the events' readers; a tool
+        message with the reason its call was refused for want of approval, if it was."""
+        refused = None
+        if message.get("role") == "tool" and self.workspace.refused:
+            refused = "; ".join(self.workspace.refused)
+            self.workspace.refused.clear()
+            call_id = message.get("tool_call_id")
+            self.refused.append({"id": call_id, "name": self.tool_name(call_id), "why": refused})
+        self.events.emit("message", message=message, refused=refused)
+
+    def tool_name(self, call_id: str) -> str | None:
+        """The name of the tool the conversation's last call with this id called."""
+        for message in reversed(self.messages):
+            for call in message.get("tool_calls") or []:
+                if call.get("id") == call_id:
+                    return call.get("function", {}).get("name")
+        return None
 
     def file_changed(self, path: str, change: str) -> None:
         self.events.emit("file_change", path=path, change=change)

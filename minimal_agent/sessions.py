@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -498,13 +498,17 @@ def wire_file(transcript: str | os.PathLike, folder: str | os.PathLike | None = 
 def latest_for(workdir: str | os.PathLike, folder: str | os.PathLike) -> Path | None:
     """-c/--continue: the last changed transcript in folder that was started in workdir (real
     paths compared), or None. Older transcripts, without a session event, never match."""
+    return next(conversations_of(workdir, folder), None)
+
+
+def conversations_of(workdir: str | os.PathLike, folder: str | os.PathLike) -> Iterator[Path]:
+    """The transcripts in folder that were started in workdir, the last changed first."""
     wanted = _same_path(workdir)
     for path, _ in transcript_files(folder):
         event = _session_of(path)
         if event and isinstance(event.get("workdir"), str):
             if _same_path(event["workdir"]) == wanted:
-                return path
-    return None
+                yield path
 
 
 def _same_path(path: str | os.PathLike) -> str:

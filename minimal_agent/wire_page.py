@@ -49,6 +49,13 @@ ol.messages > li { padding: .2rem .5rem; margin: .3rem 0; }
 .marked > summary, .marked > .leaf { background: #fff3b0; }
 div.call { border: 1px solid #e6c200; border-radius: 4px; padding: .3rem .8rem; margin: .5rem 0; }
 .error { color: #a00; }
+@media (max-width: 48rem) {  /* a phone: the timeline above the steps, the text full width */
+  nav { position: static; width: auto; max-height: 40vh; border-right: 0;
+        border-bottom: 1px solid #ddd; }
+  main { margin-left: 0; padding: .5rem .75rem 40vh; }
+  section.exchange { padding: .4rem .6rem .8rem; }
+  .tree ul { padding-left: .8rem; }
+}
 """
 
 
@@ -122,6 +129,7 @@ def render(exchanges: list[dict], entries: list[dict], name: str) -> str:
             "<!DOCTYPE html>",
             MARK,
             '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">',
             '<meta name="referrer" content="no-referrer">',
             f"<title>Conversation {e(name)}: requests and responses</title>",
