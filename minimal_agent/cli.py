@@ -152,6 +152,8 @@ def run_session(
         if session:
             session.close()
     say_where_saved(session, args)
+    if session.lost or session.prompt.lost:  # a record given up, said when it happened
+        return 1
     return EXIT_CODES[result["stop_reason"]]
 
 
