@@ -433,7 +433,8 @@ class Held:
 
     def close(self) -> None:
         if self.file:
-            self.file.close()
+            with contextlib.suppress(OSError):  # what a full disk kept in its buffer: scratch
+                self.file.close()
             (self.folder / SEEN).unlink(missing_ok=True)
             self.file = None
 
@@ -1040,6 +1041,9 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
     journal says what each path held and holds now, so that the opposite can put it back.
     Returns one line per path."""
     folder = Path(folder)
+    # Opened first: a journal that cannot be opened (a link in its place) stops it before
+    # anything changes, not after.
+    journal = files.open_record(folder / JOURNAL)
     blobs = Blobs(folder)
     try:
         for entry in wanted.values():  # every content it needs is there: checked first
@@ -1061,13 +1065,13 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
         lost = {p for p, e in wanted.items() if e and e["type"] == "file" and e["hash"] is None}
         now = {path: found[path] if path in lost else wanted[path] for path in wanted}
         put_back(root, now, found, blobs)
-    finally:
-        blobs.close()
-    took = [[path, found[path], now[path]] for path in sorted(wanted)]
-    paths = [path for path in sorted(wanted) if path not in lost]
-    with files.open_record(folder / JOURNAL) as journal:
+        took = [[path, found[path], now[path]] for path in sorted(wanted)]
+        paths = [path for path in sorted(wanted) if path not in lost]
         line = {"event": event, "turn": turn, "took": took, "paths": paths}
         files.append_whole(journal, (json.dumps(line) + "\n").encode("ascii"))
+    finally:
+        blobs.close()
+        journal.close()
     return describe(took, {path: wanted[path] for path in sorted(lost)})
 
 

@@ -45,6 +45,7 @@ def one_error(proc) -> str:
 # --- Nothing the agent writes goes through a link --------------------------------------------
 
 
+@pytest.mark.posix("symbolic links")
 def test_html_never_writes_through_a_link_planted_beside_the_page(tmp_path, workdir, victim):
     """The table's row: a repository commits page.html.partial -> ~/.ssh/authorized_keys; the
     model's answer holds an attacker's key line; the user runs --html ID page.html."""
@@ -65,6 +66,7 @@ def test_html_never_writes_through_a_link_planted_beside_the_page(tmp_path, work
     assert [p.name for p in workdir.iterdir() if p.name.endswith(".tmp")] == []
 
 
+@pytest.mark.posix("symbolic links")
 def test_html_refuses_a_page_name_that_is_a_link_in_one_line(tmp_path, workdir, victim):
     folder = tmp_path / "sessions"
     folder.mkdir()
@@ -81,6 +83,7 @@ def test_html_refuses_a_page_name_that_is_a_link_in_one_line(tmp_path, workdir, 
     assert page.is_symlink() and not (tmp_path / "home" / "new.html").exists()
 
 
+@pytest.mark.posix("symbolic links")
 def test_save_into_a_planted_link_is_refused_and_its_target_never_made(tmp_path, workdir):
     """--save FILE where a repository committed FILE as a link to a file that does not exist
     yet (the next start would read it: a shell profile, a config)."""
@@ -103,6 +106,7 @@ RECORDS = {  # the record, as a path in the sessions folder of a conversation wh
 }
 
 
+@pytest.mark.posix("symbolic links")
 @pytest.mark.parametrize("record", RECORDS)
 def test_a_record_swapped_for_a_link_is_never_appended_through(tmp_path, workdir, victim, record):
     sessions_dir = tmp_path / "sessions"
@@ -122,6 +126,7 @@ def test_a_record_swapped_for_a_link_is_never_appended_through(tmp_path, workdir
     assert f"{path} is a link" in one_error(proc)
 
 
+@pytest.mark.posix("symbolic links")
 def test_the_prompt_history_is_never_written_through_a_link(tmp_path, victim):
     readline = pytest.importorskip("readline")
     history = tmp_path / "prompt_history"
@@ -197,6 +202,7 @@ def test_each_listed_place_names_a_test_that_exists():
         assert f"def {test}(" in (ROOT / "tests" / module).read_text(), (module, test)
 
 
+@pytest.mark.posix("symbolic links")
 def test_undo_refuses_a_transcript_swapped_for_a_link(tmp_path, workdir, victim):
     sessions_dir = tmp_path / "sessions"
     with StubServer([write("a.txt", "two\n", "c1"), done()]) as server:
@@ -349,3 +355,21 @@ def stub_env_for(server, sessions_dir: Path) -> dict:
     from conftest import stub_env
 
     return stub_env(server, LLM_SESSIONS_DIR=str(sessions_dir))
+
+
+@pytest.mark.posix("symbolic links")
+def test_undo_with_its_journal_swapped_for_a_link_changes_nothing(tmp_path, workdir, victim):
+    """The journal is opened before anything is restored: a link there stops --undo before it
+    changes a file, instead of after (when the undo could no longer be recorded)."""
+    sessions_dir = tmp_path / "sessions"
+    with StubServer([write("a.txt", "two\n", "c1"), done()]) as server:
+        assert agent(server, workdir, sessions_dir, "edit a").returncode == 0
+    [journal] = sessions_dir.rglob("journal.jsonl")
+    victim.write_bytes(journal.read_bytes())
+    kept = victim.read_bytes()
+    journal.unlink()
+    journal.symlink_to(victim)
+    proc = take_back(workdir, sessions_dir, "--undo")
+    assert proc.returncode == 1 and f"{journal} is a link" in proc.stderr
+    assert len(proc.stderr.splitlines()) == 1
+    assert victim.read_bytes() == kept and (workdir / "a.txt").read_text() == "two\n"
