@@ -9,7 +9,9 @@ memory, past IN_MEMORY bytes in the store's `seen` file), so that a command that
 or deletes it cannot lose it. What differs between two walks is a step's change: it goes into
 the journal, and only the contents it refers to are kept for good, by hash, in `kept`. The walk
 that ends a step runs while the model is asked (the workdir does not change meanwhile), so a
-slow model hides it.
+slow model hides it. The journal marks where each step begins (before its tools run) and where
+a turn's record ends, so a record that stops short (a full disk, the agent killed) is known
+for what it is, and --undo names that turn instead of calling it undone.
 
 Taking back: every path the journal names is checked (relative, no `..`, no empty part) and
 reached one folder at a time from the workdir its turn ran in (one the transcript recorded)
@@ -670,11 +672,7 @@ class Recorder:
                 lines.append([path, before, after])
         if not lines:
             return
-        if self.turn not in self.history.tasks:
-            self.write({"event": "turn", "turn": self.turn, "task": self.task,
-                        "workdir": self.root})  # fmt: skip
-            self.history.tasks[self.turn] = self.task
-        self.write({"event": "changes", "turn": self.turn, "changes": lines})
+        self.write({"event": "changes", "turn": self.turn, "changes": lines})  # its turn: marked
         self.recorded_changes = True
         for path, before, after in lines:
             kind = "deleted" if after is None else "created" if before is None else "changed"

@@ -312,11 +312,12 @@ RECORD_FLAGS = (
 
 
 def open_record(path: str | os.PathLike, new: bool = False):  # -> an unbuffered binary file
-    """One of the agent's records (a transcript, the wire record, undo's journal and contents,
-    the prompt history) open to append to, unbuffered (so closing it writes nothing, and a
+    """One of the agent's records (a transcript, the wire record, undo's journal and contents)
+    open to append to, unbuffered (so closing it writes nothing, and a
     full disk is met by the append that meets it: see append_whole), made owner-only (0o600)
-    if missing; new: it must not exist yet. Never through a link: a link (or a FIFO, a device)
-    at path is refused (LinkRefused), its target untouched."""
+    if missing; new: it must not exist yet. Never through a link: a symbolic link, a file with
+    another name (a hard link), a FIFO or a device at path is refused (LinkRefused), and what
+    it leads to is left as it was."""
     try:
         fd = os.open(path, RECORD_FLAGS | (os.O_EXCL if new else 0), 0o600)
     except OSError as error:
@@ -324,9 +325,15 @@ def open_record(path: str | os.PathLike, new: bool = False):  # -> an unbuffered
             refuse_link(path)
         raise
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):  # opening a FIFO without blocking is no reason to write it
-            raise LinkRefused(errno.EINVAL, f"{path} is {kind(mode)}, not a regular file")
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):  # opened without blocking: still not to be written
+            raise LinkRefused(errno.EINVAL, f"{path} is {kind(found.st_mode)}, not a regular file")
+        if found.st_nlink > 1:  # what is appended would change the file's other name too
+            raise LinkRefused(
+                errno.EMLINK,
+                f"{path} is a link: it has another name (a hard "
+                "link), which the agent does not write through; remove it",
+            )
         return os.fdopen(fd, "ab", buffering=0)
     except BaseException:
         os.close(fd)

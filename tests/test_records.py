@@ -10,11 +10,10 @@ import errno
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, clean_env, run_in_process
+from conftest import ROOT, clean_env, run_agent, run_in_process, stub_env
 from fake_model import FakeClient, reply
 from stub_server import StubServer
 from test_undo import agent, done, shell, take_back, write
@@ -56,10 +55,7 @@ def test_html_never_writes_through_a_link_planted_beside_the_page(tmp_path, work
                save=folder / "xyz789.jsonl")  # fmt: skip
     (workdir / "page.html.partial").symlink_to(victim)
     env = clean_env(LLM_SESSIONS_DIR=str(folder))
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "agent.py"), "--html", "xyz", "page.html"],
-        cwd=workdir, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    proc = run_in_process("--html", "xyz", str(workdir / "page.html"), env=env)
     assert proc.returncode == 0, proc.stderr
     assert victim.read_text() == VICTIM
     assert answer in (workdir / "page.html").read_text()
@@ -124,6 +120,24 @@ def test_a_record_swapped_for_a_link_is_never_appended_through(tmp_path, workdir
     assert victim.read_bytes() == kept
     assert proc.returncode == 1
     assert f"{path} is a link" in one_error(proc)
+
+
+@pytest.mark.posix("hard links")
+def test_a_transcript_with_another_name_is_never_appended_through(tmp_path, workdir, victim):
+    """A hard link (made by a command the user approved) is no way in either."""
+    sessions_dir = tmp_path / "sessions"
+    with StubServer([done()]) as server:
+        assert agent(server, workdir, sessions_dir, "hi").returncode == 0
+    [transcript] = sessions_dir.glob("*.jsonl")
+    victim.write_bytes(transcript.read_bytes())
+    kept = victim.read_bytes()
+    transcript.unlink()
+    os.link(victim, transcript)
+    with StubServer([done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "-r", transcript.stem, "again")
+    assert proc.returncode == 1 and server.requests == []
+    assert f"{transcript} is a link: it has another name" in one_error(proc)
+    assert victim.read_bytes() == kept
 
 
 @pytest.mark.posix("symbolic links")
@@ -334,13 +348,9 @@ def test_a_command_filling_the_disk_of_the_workdir_and_sessions_folder(small_dis
     workdir.mkdir()
     (workdir / "a.txt").write_text("mine\n")
     fill = "echo theirs > a.txt; head -c 2000000 /dev/zero > big"
-    with StubServer([shell(fill, "c1"), done()]) as server:
-        env = {**os.environ}
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes", "fill"],
-            env={**stub_env_for(server, sessions_dir), "PATH": env["PATH"]},
-            capture_output=True, text=True, timeout=60, cwd=ROOT / "tests",
-        )  # fmt: skip
+    with StubServer([shell(fill, "c1"), done()]) as server:  # a process: its exit code
+        env = stub_env(server, LLM_SESSIONS_DIR=str(sessions_dir))
+        proc = run_agent("--workdir", str(workdir), "--yes", "fill", env=env)
     assert "Traceback" not in proc.stderr and proc.returncode == 1, proc.stderr
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
     assert errors and all("is not kept from step 1 on" in line for line in errors), errors
@@ -349,12 +359,6 @@ def test_a_command_filling_the_disk_of_the_workdir_and_sessions_folder(small_dis
     assert undone.returncode == 1 and "undid turn 1" not in undone.stderr.replace("partly ", "")
     assert "what turn 1 changed from step 1 on: its record is incomplete" in undone.stderr
     assert (workdir / "a.txt").read_text() == "theirs\n"
-
-
-def stub_env_for(server, sessions_dir: Path) -> dict:
-    from conftest import stub_env
-
-    return stub_env(server, LLM_SESSIONS_DIR=str(sessions_dir))
 
 
 @pytest.mark.posix("symbolic links")
