@@ -39,12 +39,14 @@ class Recorder:
     """Keeps a conversation's requests and responses in path (appended to; made when the first
     one comes). A reader of the session's events (fed at one place, completions.recorded(),
     through events.Exchanges): record() for a response, failed() for a request that got
-    none. key: the API key, replaced wherever it would be written."""
+    none. key: the API key, replaced wherever it would be written. on_lost(error): told once
+    if the record cannot be written (a full disk, a quota, a link in its place); it is given
+    up, never the conversation."""
 
-    def __init__(self, path: str | os.PathLike, key: str = "", on_lost=None) -> None:
+    def __init__(self, path: str | os.PathLike, key: str, on_lost) -> None:
         self.path = Path(path)
         self.key = key
-        self.on_lost = on_lost  # on_lost(error): the record cannot be written (a full disk)
+        self.on_lost = on_lost
         self.file = None
         self.number = 0  # the last exchange's
         self.recent: list[dict] = []  # the last BASES requests, rebuilt: number, messages, fields
@@ -82,10 +84,7 @@ class Recorder:
             self.write_line(body, started, seconds, streamed, chunks, outcome)
         except OSError as error:  # full, a quota, an I/O error, a link in its place
             self.given_up = True
-            if self.on_lost is None:
-                say(f"error: the requests and responses are not kept from here on: {error}")
-            else:
-                self.on_lost(error)
+            self.on_lost(error)
         except AgentError as error:  # the record there cannot be read back to go on with
             self.given_up = True
             say(f"warning: the requests and responses are not kept from here on: {error}")
