@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import errno
+import json
 import os
 import re
 import subprocess
@@ -377,3 +378,19 @@ def test_undo_with_its_journal_swapped_for_a_link_changes_nothing(tmp_path, work
     assert proc.returncode == 1 and f"{journal} is a link" in proc.stderr
     assert len(proc.stderr.splitlines()) == 1
     assert victim.read_bytes() == kept and (workdir / "a.txt").read_text() == "two\n"
+
+
+@pytest.mark.linux("finds a record's name in /proc/self/fd")
+def test_json_says_a_lost_record_as_the_runs_error(tmp_path, workdir, monkeypatch):
+    sessions_dir = tmp_path / "sessions"
+    with StubServer([write("a.txt", "one\n", "c1"), done()]) as server:
+        failing_writes(monkeypatch, r"\.wire$", errno.EIO)
+        proc = agent(server, workdir, sessions_dir, "--json", "edit a")
+        monkeypatch.undo()
+    result = json.loads(proc.stdout)
+    assert (proc.returncode, result["status"], result["exit_code"]) == (1, "error", 1)
+    assert result["answer"] == "Done."
+    assert result["error"] == (
+        f"the record of requests and responses is not kept from step 1 on ({os.strerror(errno.EIO)}"
+        "): --show --wire and --html end before it"
+    )
