@@ -356,13 +356,13 @@ def append_whole(file, data: bytes) -> None:
 
 
 @contextlib.contextmanager
-def replacing(path: str | os.PathLike, mode: int = 0o600):
+def replacing(path: str | os.PathLike):
     """A file the agent writes whole (a page, the prompt history): yields a new temporary
     file beside path, binary, open for writing, and its name; when the block ends well it is
     renamed onto path. The temporary's name is random and it is created exclusive without
     following a link (tempfile.mkstemp), so nothing planted beside path is written through;
     a link (or a FIFO, a device) at path itself is refused (LinkRefused) and left as it is.
-    An error removes the temporary file. mode: the new file's (the owner's only by default)."""
+    An error removes the temporary file. The new file is its owner's only (0o600)."""
     import tempfile  # here: its 4 ms (shutil, random) would slow every start, --help's too
 
     folder, name = os.path.split(os.path.abspath(path))
@@ -370,8 +370,6 @@ def replacing(path: str | os.PathLike, mode: int = 0o600):
     fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:
         with os.fdopen(fd, "wb") as file:
-            if mode != 0o600:
-                os.chmod(temporary, mode)
             yield file, temporary
         refuse_link(path)  # a rename replaces a link swapped in now, never writes its target
         os.replace(temporary, path)

@@ -76,7 +76,7 @@ def write_page(
         entries = []  # the requests alone still make the page
     page = render(exchanges, entries, Path(transcript).name.removesuffix(".jsonl"))
     try:
-        # The owner's only (files.replacing's default), as the transcript is: it holds the
+        # The owner's only (as files.replacing makes it), as the transcript is: it holds the
         # whole conversation.
         with files.replacing(target) as (file, _):
             file.write(page.encode("utf-8"))
