@@ -394,3 +394,22 @@ def test_json_says_a_lost_record_as_the_runs_error(tmp_path, workdir, monkeypatc
         f"the record of requests and responses is not kept from step 1 on ({os.strerror(errno.EIO)}"
         "): --show --wire and --html end before it"
     )
+
+
+@pytest.mark.linux("finds a record's name in /proc/self/fd")
+def test_undo_of_a_turn_recorded_in_part_says_partly_and_what_stays(tmp_path, workdir, monkeypatch):
+    sessions_dir = tmp_path / "sessions"
+    script = [write("a.txt", "one\n", "c1"), shell("echo b > b.txt", "c2"), done()]
+    with StubServer(script) as server:
+        failing_writes(monkeypatch, r"journal\.jsonl$", errno.ENOSPC, after=5)  # as above
+        assert agent(server, workdir, sessions_dir, "--yes", "edit").returncode == 1
+        monkeypatch.undo()
+    undone = take_back(workdir, sessions_dir, "--undo")
+    assert undone.returncode == 1
+    assert undone.stderr.splitlines() == [
+        "partly undid turn 1 (edit):",
+        "  removed: a.txt",
+        "  not undone: what turn 1 changed from step 2 on: its record is incomplete (the disk "
+        "was full, or the agent was stopped); check those files yourself",
+    ]
+    assert sorted(p.name for p in workdir.iterdir()) == ["b.txt"]
