@@ -25,7 +25,7 @@ command line needs from it is handed to cli.main().
 Imports inside functions, all for start-up time (`agent.py --help` must stay close to a bare
 `import argparse`): the packages openai, pydantic and python-dotenv (half a second, and only a
 request needs them), and from the standard library urllib.request (40 ms of http, email and
-ssl), hashlib (OpenSSL), threading, subprocess, signal, shutil, inspect and difflib, each where
-it is used; ctypes (for inotify) where a recording session starts on Linux; and fcntl or
-msvcrt, which exist on one system each.
+ssl), hashlib (OpenSSL), tempfile (shutil, random), threading, subprocess, signal, shutil,
+inspect and difflib, each where it is used; ctypes (for inotify) where a recording session
+starts on Linux; and fcntl or msvcrt, which exist on one system each.
 """

@@ -9,7 +9,9 @@ memory, past IN_MEMORY bytes in the store's `seen` file), so that a command that
 or deletes it cannot lose it. What differs between two walks is a step's change: it goes into
 the journal, and only the contents it refers to are kept for good, by hash, in `kept`. The walk
 that ends a step runs while the model is asked (the workdir does not change meanwhile), so a
-slow model hides it.
+slow model hides it. The journal marks where each step begins (before its tools run) and where
+a turn's record ends, so a record that stops short (a full disk, the agent killed) is known
+for what it is, and --undo names that turn instead of calling it undone.
 
 Taking back: every path the journal names is checked (relative, no `..`, no empty part) and
 reached one folder at a time from the workdir its turn ran in (one the transcript recorded)
@@ -91,11 +93,10 @@ class Blobs:
         digest = hash_of(data)
         if digest not in self.where:
             if self.file is None:
-                self.file = open(self.folder / KEPT, "ab")
-            self.file.write(f"{digest} {len(data)}\n".encode())
-            self.where[digest] = (self.file.tell(), len(data))
-            self.file.write(data)
-            self.file.flush()
+                self.file = files.open_record(self.folder / KEPT)
+            header = f"{digest} {len(data)}\n".encode()
+            files.append_whole(self.file, header + data)  # none of it, if the disk is full
+            self.where[digest] = (self.file.tell() - len(data), len(data))
         return digest
 
     def get(self, digest: str) -> bytes:
@@ -434,7 +435,8 @@ class Held:
 
     def close(self) -> None:
         if self.file:
-            self.file.close()
+            with contextlib.suppress(OSError):  # what a full disk kept in its buffer: scratch
+                self.file.close()
             (self.folder / SEEN).unlink(missing_ok=True)
             self.file = None
 
@@ -477,8 +479,9 @@ class Recorder:
     of the workdir ends a step and begins the next."""
 
     def __init__(
-        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None
-    ) -> None:
+        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None,
+        on_lost=None,
+    ) -> None:  # fmt: skip
         import threading  # here: --help must not import it (minimal_agent/__init__.py)
 
         self.root = os.path.realpath(workdir)
@@ -503,17 +506,40 @@ class Recorder:
         self.news: list[tuple[str, str]] = []  # (path, change) for on_change, told when joined
         self.not_kept: set[str] = set()
         self.said_full = False
+        # A store that cannot be written (a full disk, a quota, an I/O error, a link in its
+        # place) is given up: on_lost(error, turn, step) says so, and nothing more is recorded.
+        self.on_lost = on_lost
+        self.given_up = False
+        self.step = 0  # the step of the turn whose tools run (or ran last)
+        self.made_journal = not (self.folder / JOURNAL).exists()
+        self.recorded_changes = False  # a change of this session is in the journal
 
     def write(self, line: dict) -> None:
         if self.journal is None:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.journal = open(self.folder / JOURNAL, "a", encoding="ascii")
+            self.journal = files.open_record(self.folder / JOURNAL)
             if not self.history.workdir:
                 self.history.workdir = self.root
                 self.write({"event": "store", "workdir": self.root})
         # ASCII escapes: a file name that is not UTF-8 (a lone surrogate) goes in and comes back
-        self.journal.write(json.dumps(line) + "\n")
-        self.journal.flush()
+        files.append_whole(self.journal, (json.dumps(line) + "\n").encode("ascii"))
+
+    def give_up(self, error: OSError) -> None:
+        """The store cannot be written: nothing more is recorded (what is there stays whole:
+        files.append_whole), and on_lost says from which step of which turn; raised where
+        there is no on_lost."""
+        if self.on_lost is None:
+            raise error
+        if not self.given_up:
+            self.given_up = True
+            self.on_lost(error, self.turn, max(self.step, 1))
+
+    def mark(self, line: dict) -> None:
+        """A line of the journal's own (where a step begins, where a turn's record ends)."""
+        try:
+            self.write(line)
+        except OSError as error:
+            self.give_up(error)
 
     def turn_begins(self, task: str) -> str | None:
         """A new turn; returns what the model should be told first (files restored by an undo
@@ -534,24 +560,35 @@ class Recorder:
         nothing changes the workdir until the reply comes, so its walk starts now, in the
         background. At a turn's first request, a walk that may not be needed (the reply may
         call no tool) is started too; it is stopped if so."""
-        if self.ahead is None and (self.open or self.fresh):
+        if self.ahead is None and (self.open or self.fresh) and not self.given_up:
             self.stop.clear()
             self.ahead = self.thread(target=self.advance_safely, daemon=True)
             self.ahead.start()
 
-    def step_begins(self, tools: list[str]) -> None:
-        """The state of the workdir before the calls of these tools run; what the open step
-        changed is recorded. A step that only reads is not walked."""
-        if all(name in CHANGES_NOTHING for name in tools):
+    def step_begins(self, tools: list[str], step: int = 0) -> None:
+        """The state of the workdir before the calls of these tools (of the turn's step) run;
+        what the open step changed is recorded. A step that only reads is not walked. The
+        journal marks the step's beginning first, so that a record that stops short (a full
+        disk, the agent killed) is known for what it is (History.incomplete)."""
+        if all(name in CHANGES_NOTHING for name in tools) or self.given_up:
             return
         self.advance()
-        self.open = True
+        self.step = step
+        if self.turn not in self.history.tasks:
+            self.mark({"event": "turn", "turn": self.turn, "task": self.task,
+                       "workdir": self.root})  # fmt: skip
+            self.history.tasks[self.turn] = self.task
+        self.mark({"event": "step", "turn": self.turn, "step": step})
+        self.open = not self.given_up
 
     def step_ends(self) -> None:
-        """What the open step changed, walked and recorded."""
+        """What the open step changed, walked and recorded; the journal says the turn's record
+        is whole up to here."""
         if self.open:
             self.advance()
             self.open = False
+            if not self.given_up:
+                self.mark({"event": "recorded", "turn": self.turn})
         elif self.ahead is not None:  # a walk that no step needs
             self.stop.set()
             self.join()
@@ -575,7 +612,9 @@ class Recorder:
             self.on_change(path, change)
         self.news.clear()
         failure, self.failure = self.failure, None
-        if failure is not None:
+        if isinstance(failure, OSError):
+            self.give_up(failure)
+        elif failure is not None:
             raise failure
 
     def advance_safely(self) -> None:
@@ -633,11 +672,8 @@ class Recorder:
                 lines.append([path, before, after])
         if not lines:
             return
-        if self.turn not in self.history.tasks:
-            self.write({"event": "turn", "turn": self.turn, "task": self.task,
-                        "workdir": self.root})  # fmt: skip
-            self.history.tasks[self.turn] = self.task
-        self.write({"event": "changes", "turn": self.turn, "changes": lines})
+        self.write({"event": "changes", "turn": self.turn, "changes": lines})  # its turn: marked
+        self.recorded_changes = True
         for path, before, after in lines:
             kind = "deleted" if after is None else "created" if before is None else "changed"
             if self.on_change and (after or before)["type"] != "dir":  # a folder's mode: no news
@@ -670,6 +706,9 @@ class Recorder:
         self.held.close()
         if self.watcher:
             self.watcher.close()
+        if self.made_journal and not self.recorded_changes and not self.given_up:
+            with contextlib.suppress(OSError):  # only marks of steps that changed nothing
+                (self.folder / JOURNAL).unlink()
         with contextlib.suppress(OSError):  # walked, but nothing changed: no folder left
             self.folder.rmdir()
 
@@ -691,6 +730,8 @@ class History:
         self.undone: list[tuple[int, list]] = []  # (turn, [[path, taken away, restored]])
         self.events_untold: list[dict] = []
         self.last_turn = 0
+        self.incomplete: dict[int, int] = {}  # turn -> the step its record stops at
+        self.open_step: tuple[int, int] | None = None  # (turn, step) begun, not yet recorded
 
     @classmethod
     def read(cls, folder: Path) -> History:
@@ -717,13 +758,30 @@ class History:
                 raise BadStore(f"line {number} of its journal lacks the field {error}") from None
             except (TypeError, ValueError, IndexError) as error:
                 raise BadStore(f"line {number} of its journal: {error}") from None
+        history.close_step()  # a step begun and never recorded: the record stops there
         return history
+
+    def close_step(self) -> None:
+        if self.open_step:
+            turn, step = self.open_step
+            self.incomplete.setdefault(turn, step)
+            self.open_step = None
 
     def apply(self, line: dict) -> None:
         event = line["event"] if isinstance(line, dict) else None
         if event == "store":
             self.workdir = checked_workdir(line["workdir"])
+        elif event == "step":  # its tools are about to run; the steps before are recorded
+            turn, step = checked_number(line["turn"]), checked_number(line["step"])
+            if self.open_step and self.open_step[0] != turn:
+                self.close_step()  # the agent stopped before that turn's record ended
+            self.open_step = (turn, step)
+            self.last_turn = max(self.last_turn, turn)
+        elif event == "recorded":
+            checked_number(line["turn"])
+            self.open_step = None
         elif event == "turn":
+            self.close_step()
             turn = checked_number(line["turn"])
             self.tasks[turn] = checked_text(line["task"])
             if "workdir" in line:
@@ -884,6 +942,7 @@ def take_back(
             f"{action}ing would overwrite it: {', '.join(error.paths)}; nothing was restored. "
             f"To {action} anyway: {how_to_force} (what it overwrites is kept: {again} puts it "
             "back)"
+            + "".join(f"; {line}" for line in incomplete_lines(History.read(Path(folder)), 0))
         )
         return False
     except OSError as error:
@@ -891,8 +950,22 @@ def take_back(
         display.say(f"{action} stopped: {error.strerror or error}{where}; what was restored "
                     "before it stays, and the journal was not changed")  # fmt: skip
         return False
-    display.show_restored(action.replace("do", "did"), turn, task, lines)
-    return True
+    history = History.read(Path(folder))
+    short = incomplete_lines(history, turn) if action == "undo" else []
+    partly = "partly " if action == "undo" and turn in history.incomplete else ""
+    display.show_restored(partly + action.replace("do", "did"), turn, task, lines + short)
+    return not short
+
+
+def incomplete_lines(history: History, turn: int) -> list[str]:
+    """For --undo of turn (0: none could be): a line for it and for each later turn whose
+    record stops short (a full disk, the agent killed mid-step), whose changes from there on
+    stay as they are."""
+    return [
+        f"not undone: what turn {late} changed from step {step} on: its record is incomplete "
+        "(the disk was full, or the agent was stopped); check those files yourself"
+        for late, step in sorted(history.incomplete.items()) if late >= turn
+    ]  # fmt: skip
 
 
 def has_turn_to(folder: Path, action: str) -> bool:
@@ -913,7 +986,11 @@ def undo(folder, force: bool = False, workdirs: list[str] = ()) -> tuple[int, st
     force; NothingToDo if no turn is left; BadStore if the store does not check out."""
     history = History.read(Path(folder))
     if not history.done:
-        raise NothingToDo("no turn of this conversation changed a file that is not undone yet")
+        short = incomplete_lines(history, 0)
+        raise NothingToDo(
+            "no turn of this conversation changed a file that is not undone yet"
+            + "".join(f"; {line}" for line in short)
+        )
     turn = history.done[-1]
     changes = history.changes[turn]
     expected = {path: after for path, (before, after) in changes.items()}
@@ -974,6 +1051,9 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
     journal says what each path held and holds now, so that the opposite can put it back.
     Returns one line per path."""
     folder = Path(folder)
+    # Opened first: a journal that cannot be opened (a link in its place) stops it before
+    # anything changes, not after.
+    journal = files.open_record(folder / JOURNAL)
     blobs = Blobs(folder)
     try:
         for entry in wanted.values():  # every content it needs is there: checked first
@@ -995,13 +1075,13 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
         lost = {p for p, e in wanted.items() if e and e["type"] == "file" and e["hash"] is None}
         now = {path: found[path] if path in lost else wanted[path] for path in wanted}
         put_back(root, now, found, blobs)
+        took = [[path, found[path], now[path]] for path in sorted(wanted)]
+        paths = [path for path in sorted(wanted) if path not in lost]
+        line = {"event": event, "turn": turn, "took": took, "paths": paths}
+        files.append_whole(journal, (json.dumps(line) + "\n").encode("ascii"))
     finally:
         blobs.close()
-    took = [[path, found[path], now[path]] for path in sorted(wanted)]
-    paths = [path for path in sorted(wanted) if path not in lost]
-    with open(folder / JOURNAL, "a", encoding="ascii") as journal:
-        line = {"event": event, "turn": turn, "took": took, "paths": paths}
-        journal.write(json.dumps(line) + "\n")
+        journal.close()
     return describe(took, {path: wanted[path] for path in sorted(lost)})
 
 

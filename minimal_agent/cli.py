@@ -159,6 +159,8 @@ def run_session(
             session.close()
             say_settings_changed(model_client.CONFIG_FILE, settings_before)
     say_where_saved(session, args)
+    if session.lost or session.prompt.lost:  # a record given up, said when it happened
+        return 1
     if result["stop_reason"] == "finished" and session.refused:
         # Calls that needed an approval nobody could give (each said so where it was
         # refused): the model may say the work is done, but for a script it is no success.

@@ -74,7 +74,10 @@ class Session:
         self.prompt = prompt or Prompt()  # where --chat's messages are typed
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
-        self.transcript = Transcript.open(save, workspace.key) if save else None
+        self.lost: list[str] = []  # the records given up (a full disk): each one's line
+        self.transcript = (
+            Transcript.open(save, workspace.key, self.transcript_lost) if save else None
+        )
         self.messages = Conversation(history or [], self.transcript, self.appended)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
@@ -84,7 +87,9 @@ class Session:
             store = sessions.changes_folder(save, folder)
             # Every request as sent and every response as received (--show --wire), a reader
             # of the session's events, kept beside the store.
-            self.wire = wire.Recorder(sessions.wire_file(save, folder), workspace.key)
+            self.wire = wire.Recorder(
+                sessions.wire_file(save, folder), workspace.key, self.wire_lost
+            )
             self.events.subscribe(self.wire)
             records = own_records(workspace.folder, sessions_folder, save, store)
             workspace.private += [*records, os.path.realpath(self.wire.path)]
@@ -92,7 +97,7 @@ class Session:
                 changes.clear_stale(sessions_folder)
             try:
                 self.changes = changes.Recorder(
-                    workspace.folder, store, workspace.private, self.file_changed
+                    workspace.folder, store, workspace.private, self.file_changed, self.undo_lost
                 )
             except changes.BadStore as error:
                 name = os.path.basename(save).removesuffix(sessions.SUFFIX)
@@ -118,6 +123,30 @@ class Session:
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
         self.refused: list[dict] = []  # the calls refused for want of approval: id, name, why
+
+    def record_lost(self, what: str, error: OSError, step: int, then: str) -> None:
+        """A record of the session could not be written (the disk full: ENOSPC, a quota:
+        EDQUOT, an I/O error: EIO; or a link in its place): it is given up, said in one line
+        (what is no longer kept from which step), and the run ends as an error (cli)."""
+        line = f"{what} is not kept from step {step} on ({files.why(error)}): {then}"
+        self.lost.append(line)
+        display.say(f"error: {line}")
+        self.events.emit("error", error=line)
+
+    def transcript_lost(self, error: OSError) -> None:
+        step = self.turn["steps"] if self.in_turn and self.turn["steps"] else 1
+        self.record_lost("the transcript", error, step, "-c and -r go on from before that step")
+
+    def wire_lost(self, error: OSError) -> None:
+        step = self.exchanges.step or 1
+        what = "the record of requests and responses"
+        self.record_lost(what, error, step, "--show --wire and --html end before it")
+
+    def undo_lost(self, error: OSError, turn: int, step: int) -> None:
+        self.record_lost(
+            f"undo's record of turn {turn}", error, step,
+            "--undo cannot take back what that step and later ones changed, and will say so",
+        )  # fmt: skip
 
     def note_workdir(self, save: str | os.PathLike) -> None:
         """A resumed conversation going on in a workdir other than its last: said in its
@@ -234,7 +263,7 @@ class Session:
         self.note_reply(resp, sent, getattr(client, "api_key", None))
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
-            self.changes.step_begins([call.function.name for call in calls])
+            self.changes.step_begins([call.function.name for call in calls], step)
         return resp
 
     def exchange(self, client, sent: list[dict], request: dict, step: int | None, show=None):

@@ -187,7 +187,7 @@ def new_transcript(folder: str | os.PathLike) -> Path:
     for _ in range(100):
         path = folder / (new_id() + SUFFIX)
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            files.open_record(path, new=True).close()
         except FileExistsError:
             continue
         except OSError as error:
@@ -572,23 +572,23 @@ def resolve(id_or_file: str, folder: str | os.PathLike, option: str = "--resume"
 # --- One writer per transcript ----------------------------------------------------------------
 
 
-def open_for_append(path: str | os.PathLike) -> io.BufferedWriter:
-    """Open a transcript to append to (binary; created 0o600 if new), locked for as long as the
-    file stays open: one agent writes a transcript at a time. The lock is the OS's, on the file
-    itself (flock on POSIX; on Windows one byte at LOCK_OFFSET, past any data, so reading and
-    appending are not blocked), so it ends with the process that holds it, killed or not. The
-    descriptor is not inherited by the commands the agent runs (Python's default), so none of
-    them can keep it either. SessionError, the file left as it was, if another agent has it."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+def open_for_append(path: str | os.PathLike) -> io.FileIO:
+    """Open a transcript to append to (as files.open_record opens a record: never through a
+    link, unbuffered, created 0o600 if new), locked for as long as the file stays open: one
+    agent writes a transcript at a time. The lock is the OS's, on the file itself (flock on
+    POSIX; on Windows one byte at LOCK_OFFSET, past any data, so reading and appending are not
+    blocked), so it ends with the process that holds it, killed or not. The descriptor is not
+    inherited by the commands the agent runs (Python's default), so none of them can keep it
+    either. SessionError, the file left as it was, if another agent has it."""
     try:
-        fd = os.open(path, flags, 0o600)
+        file = files.open_record(path)
     except OSError as error:
         raise SessionError(f"cannot open {path}: {error.strerror or error}") from None
     try:
-        lock(fd, path)
-        return os.fdopen(fd, "ab")
+        lock(file.fileno(), path)
+        return file
     except BaseException:
-        os.close(fd)
+        file.close()
         raise
 
 

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from minimal_agent import cost, wire
+from minimal_agent import cost, files, wire
 from minimal_agent.errors import AgentError
 from minimal_agent.transcripts import transcript_lines
 
@@ -71,6 +71,10 @@ def write_page(
     target = Path(out) if out else Path(Path(transcript).name.removesuffix(".jsonl") + ".html")
     if target.is_dir():
         raise AgentError(f"{target} is a folder: give the page a file name, such as page.html")
+    try:
+        files.refuse_link(target)  # before it is read: a FIFO would never answer
+    except OSError as error:
+        raise AgentError(f"cannot write {target}: {error.strerror}") from None
     if target.exists() and not is_page(target):
         raise AgentError(f"{target} exists and is no page the agent wrote: give another name")
     try:
@@ -78,12 +82,11 @@ def write_page(
     except AgentError:
         entries = []  # the requests alone still make the page
     page = render(exchanges, entries, Path(transcript).name.removesuffix(".jsonl"))
-    partial = target.with_name(target.name + ".partial")
     try:
-        # The owner's only, as the transcript is: it holds the whole conversation.
-        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as file:
+        # The owner's only (as files.replacing makes it), as the transcript is: it holds the
+        # whole conversation.
+        with files.replacing(target) as (file, _):
             file.write(page.encode("utf-8"))
-        os.replace(partial, target)
     except OSError as error:
         raise AgentError(f"cannot write {target}: {error.strerror or error}") from None
     return str(target)

@@ -298,7 +298,9 @@ def test_the_journal_is_beside_the_transcript(workdir, sessions):
     [transcript] = sessions.glob("*.jsonl")
     store = sessions / (transcript.stem + ".changes")
     lines = [json.loads(line) for line in (store / "journal.jsonl").read_text().splitlines()]
-    assert [line["event"] for line in lines] == ["store", "turn", "changes"]
+    # where the step began (before its tools ran) and where the turn's record ended: see
+    # tests/test_records.py for a record that stops between them
+    assert [line["event"] for line in lines] == ["store", "turn", "step", "changes", "recorded"]
     assert not (store / "seen").exists()  # what was only seen goes with the session's end
     assert os.path.realpath(lines[0]["workdir"]) == os.path.realpath(workdir)
 

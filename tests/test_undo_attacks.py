@@ -258,7 +258,8 @@ def test_no_tool_reaches_a_sessions_folder_inside_the_workdir(workdir):
     assert all("agent's own records" in result for result in results[1:]), results
     assert not (inside / "forged.jsonl").exists()
     [journal] = inside.rglob("journal.jsonl")
-    changed = [json.loads(line) for line in journal.read_text().splitlines()][-1]["changes"]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    [changed] = [line["changes"] for line in lines if line["event"] == "changes"]
     assert [path for path, *_ in changed] == ["a.txt"]  # its own records are not recorded
 
 
