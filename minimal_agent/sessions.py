@@ -105,8 +105,8 @@ def note_settings_changed(path: str | os.PathLike, before: list[int] | None) -> 
     now = settings_state(path)
     if now is None or now == before:
         return False
-    record = str(path) + CHANGED_BY_A_RUN
-    files.write_atomically(os.path.dirname(record), record, json.dumps(now))
+    with files.replacing(str(path) + CHANGED_BY_A_RUN) as (file, _):  # never through a link
+        file.write(json.dumps(now).encode("utf-8"))
     return True
 
 
