@@ -51,6 +51,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
+    processes.exit_on_termination()
     if installed:
         lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
@@ -59,7 +60,6 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     args.workdir = args.workdir or default_workdir(lesson, installed)
     if args.show or args.html:
         return show_saved(parser, args, lesson.model_client)
-    processes.exit_on_termination()
     # What happens, told to the readers --json and --json-events ask for (on stdout).
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
     code = 1
@@ -71,6 +71,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         outcome.error = outcome.error or parser.mistake
         raise
     finally:
+        processes.ignore_late_signals()
         stream.emit("end", **events.end_record(outcome, code))
     return code
 
