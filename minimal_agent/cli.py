@@ -138,6 +138,9 @@ def run_session(
         failed(stream, missing_package(error))
         return 1
     except Exception as error:
+        if processes.ENDING:  # a signal's exception that the code it hit turned into another
+            display.say("interrupted")  # (pydantic's schema building makes it a SchemaError)
+            return stopped(session, args, 128 + processes.ENDING[0])
         if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
             raise
         save = session and session.transcript and session.transcript.path
