@@ -71,7 +71,10 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         outcome.error = outcome.error or parser.mistake
         raise
     finally:
-        processes.ignore_late_signals()
+        if argv is None:  # the program
+            processes.ignore_late_signals()
+        else:  # called by a console, a debugger, a test
+            processes.ctrl_c_given_back()
         stream.emit("end", **events.end_record(outcome, code))
     return code
 

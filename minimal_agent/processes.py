@@ -370,6 +370,20 @@ class Terminated(SystemExit):
 ENDING: list[int] = []  # the signal that is ending the run, once one is
 
 
+def interrupted(signum, frame) -> None:
+    """Ctrl-C's handler during a run: the first one raises KeyboardInterrupt (see
+    exit_on_termination)."""
+    if not ENDING:
+        ENDING.append(signum)
+        raise KeyboardInterrupt
+
+
+def terminated(signum, frame) -> None:
+    if not ENDING:
+        ENDING.append(signum)
+        raise Terminated(128 + signum)
+
+
 def exit_on_termination() -> None:
     """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
     command. A signal the user ignores (nohup) stays ignored. The first signal, Ctrl-C's too,
@@ -379,22 +393,11 @@ def exit_on_termination() -> None:
     import signal
 
     ENDING.clear()
-
-    def interrupt(signum, frame):
-        if not ENDING:
-            ENDING.append(signum)
-            raise KeyboardInterrupt
-
-    def terminate(signum, frame):
-        if not ENDING:
-            ENDING.append(signum)
-            raise Terminated(128 + signum)
-
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, interrupt)
+        signal.signal(signal.SIGINT, interrupted)
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
-            signal.signal(number, terminate)
+            signal.signal(number, terminated)
 
 
 def ignore_late_signals() -> None:
@@ -405,6 +408,16 @@ def ignore_late_signals() -> None:
     for number in (signal.SIGINT, *termination_signals()):
         if signal.getsignal(number) != signal.SIG_IGN:
             signal.signal(number, signal.SIG_IGN)
+
+
+def ctrl_c_given_back() -> None:
+    """The run is over, and the agent was called from a console, a debugger or a test that
+    goes on: Ctrl-C raises KeyboardInterrupt there again."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    ENDING.clear()
 
 
 def interrupt_handled() -> None:
