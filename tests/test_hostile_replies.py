@@ -515,3 +515,27 @@ def test_duplicate_keys_in_a_reply_never_crash_the_agent(workdir, stream):
     with Serving(duplicate_keys_answer) as server:
         done, transcript = run_saved(server, workdir, stream, "Hi.")
     assert_clean_or_one_line(done, transcript)
+
+
+@pytest.mark.parametrize("stream", STREAM)
+@pytest.mark.parametrize("extreme", list(EXTREMES))
+def test_a_calls_arguments_of_any_depth_or_size_never_crash_the_agent(workdir, extreme, stream):
+    """The arguments string is JSON the agent itself reads: the extremes inside it."""
+    arguments = json.dumps({"path": "a.txt", "extra": PLACEHOLDER})
+    call = {**CALL, "function": {"name": "read_file", "arguments": arguments}}
+    reply = completion({"role": "assistant", "content": None, "tool_calls": [call]})
+    text = json.dumps(EXTREMES[extreme])[1:-1]  # inside the arguments' own string
+    body = json.dumps(reply).replace(PLACEHOLDER.join(['\\"'] * 2), text).encode()
+
+    def answer(request: dict, headers):
+        if len(server.requests) > 1:
+            return served([])(request, headers)
+        if request.get("stream"):
+            pieces = chunks(json.loads(body))
+            return 200, "text/event-stream", stream_text(pieces)
+        return 200, "application/json", body
+
+    (workdir / "a.txt").write_text("hello")
+    with Serving(answer) as server:
+        done, transcript = run_saved(server, workdir, stream, "Read a.txt.")
+    assert_clean_or_one_line(done, transcript)
