@@ -51,11 +51,11 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    processes.exit_on_termination()
     if installed:
         lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
+    processes.exit_on_termination()  # after --help, which loads no signal handling
     args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
     args.workdir = args.workdir or default_workdir(lesson, installed)
     if args.show or args.html:
