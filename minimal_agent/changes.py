@@ -183,7 +183,10 @@ def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list, held=
         return names
     with entries:
         for item in entries:
-            if held is not None and item.is_file(follow_symlinks=False) and item.path not in skip:
+            regular = item.is_file(follow_symlinks=False) and item.path not in skip
+            if regular and watcher is not None:
+                watcher.add_file(prefix, item.path)  # before the read: nothing after it missed
+            if held is not None and regular:
                 # one open, fstat and read instead of an lstat and those
                 key = held.read_new(prefix + item.name, item.path)
                 if key is not None:
@@ -269,7 +272,12 @@ class Watcher:
     only the folders something happened in (a write, a chmod, a name made, removed or moved):
     in a project of 100,000 files, milliseconds instead of a second. Made only where the
     system has it (start() returns None elsewhere, or when the watches run out); the events
-    the queue could not hold (an overflow) make the next walk a whole one."""
+    the queue could not hold (an overflow) make the next walk a whole one.
+
+    Every regular file is watched too, by its inode: a folder's watch hears only of what is
+    done through a name in that folder, so a write through another hard link of the file (in
+    .git, in another folder, outside the workdir, made before the run or by one of its
+    commands) would go unseen; the file's own watch hears of it, and its folder is rescanned."""
 
     MASK = (  # IN_MODIFY, ATTRIB, CLOSE_WRITE, MOVED_FROM/TO, CREATE, DELETE, DELETE/MOVE_SELF,
         0x2
@@ -284,12 +292,15 @@ class Watcher:
         | 0x01000000
         | 0x02000000  # IN_ONLYDIR, IN_DONT_FOLLOW
     )
+    FILE_MASK = 0x2 | 0x4 | 0x8 | 0x02000000  # IN_MODIFY, ATTRIB, CLOSE_WRITE, DONT_FOLLOW
     OVERFLOW, IGNORED = 0x4000, 0x8000
     NAMES = 0x40 | 0x80 | 0x100 | 0x200  # a name moved, made or removed: the folder's mtime
 
-    def __init__(self, libc, fd: int) -> None:
-        self.libc, self.fd = libc, fd
+    def __init__(self, libc, fd: int, get_errno) -> None:
+        self.libc, self.fd, self.get_errno = libc, fd, get_errno
         self.prefix_of: dict[int, str] = {}  # watch descriptor -> folder prefix
+        self.folder_of_file: dict[int, str] = {}  # a file's watch -> its folder's prefix
+        self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
         self.lost = False  # an overflow, or a watch that could not be added
 
     @classmethod
@@ -303,7 +314,7 @@ class Watcher:
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError):
             return None
-        return cls(libc, fd) if fd >= 0 else None
+        return cls(libc, fd, ctypes.get_errno) if fd >= 0 else None
 
     def add(self, prefix: str, full: str) -> None:
         """Watch a folder before it is read, so that nothing done after the read is missed."""
@@ -312,6 +323,16 @@ class Watcher:
             self.prefix_of[wd] = prefix
         elif os.path.isdir(full):  # out of watches (fs.inotify.max_user_watches)
             self.lost = True
+
+    def add_file(self, prefix: str, full: str) -> None:
+        """Watch a regular file's inode, whatever name it is written through; a change to it
+        makes its folder (prefix) dirty. Out of watches: the walks are whole from then on. A
+        file that went meanwhile, or that cannot be read, needs none (it cannot be kept)."""
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(full), self.FILE_MASK)
+        if wd < 0:
+            self.lost = self.lost or self.get_errno() in (errno.ENOSPC, errno.ENOMEM)
+        elif self.folder_of_file.setdefault(wd, prefix) != prefix:  # linked in two folders
+            self.more_folders.setdefault(wd, set()).add(prefix)
 
     def dirty(self) -> set[str] | None:
         """The prefixes of the folders whose names or entries may have changed since the last
@@ -328,6 +349,13 @@ class Watcher:
                 offset += 16 + size
                 if mask & self.OVERFLOW:
                     self.lost = True
+                if wd in self.folder_of_file:  # a file's own watch: its folders are dirty
+                    found.add(self.folder_of_file[wd])
+                    found |= self.more_folders.get(wd, set())
+                    if mask & self.IGNORED:  # its last name went
+                        del self.folder_of_file[wd]
+                        self.more_folders.pop(wd, None)
+                    continue
                 prefix = self.prefix_of.pop(wd, None) if mask & self.IGNORED else None
                 prefix = self.prefix_of.get(wd) if prefix is None else prefix
                 if prefix is None:

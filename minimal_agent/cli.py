@@ -57,11 +57,11 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
+    processes.exit_on_termination()  # after --help, which loads no signal handling
     args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
     args.workdir = args.workdir or default_workdir(lesson, installed)
     if args.show or args.html:
         return show_saved(parser, args, lesson.model_client)
-    processes.exit_on_termination()
     # What happens, told to the readers --json and --json-events ask for (on stdout).
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
     code = 1
@@ -73,6 +73,10 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         outcome.error = outcome.error or parser.mistake
         raise
     finally:
+        if argv is None:  # the program
+            processes.ignore_late_signals()
+        else:  # called by a console, a debugger, a test
+            processes.ctrl_c_given_back()
         stream.emit("end", **events.end_record(outcome, code))
     return code
 
@@ -143,6 +147,9 @@ def run_session(
         failed(stream, missing_package(error))
         return 1
     except Exception as error:
+        if processes.ENDING:  # a signal's exception that the code it hit turned into another
+            display.say("interrupted")  # (pydantic's schema building makes it a SchemaError)
+            return stopped(session, args, 128 + processes.ENDING[0])
         if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
             raise
         save = session and session.transcript and session.transcript.path

@@ -371,17 +371,62 @@ class Terminated(SystemExit):
     """The agent's exit on SIGTERM or SIGHUP; a tool's own sys.exit() is not one."""
 
 
-def exit_on_termination() -> None:
-    """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
-    command. A signal the user ignores (nohup) stays ignored."""
-    import signal
+ENDING: list[int] = []  # the signal that is ending the run, once one is
 
-    def terminate(signum, frame):
+
+def interrupted(signum, frame) -> None:
+    """Ctrl-C's handler during a run: the first one raises KeyboardInterrupt (see
+    exit_on_termination)."""
+    if not ENDING:
+        ENDING.append(signum)
+        raise KeyboardInterrupt
+
+
+def terminated(signum, frame) -> None:
+    if not ENDING:
+        ENDING.append(signum)
         raise Terminated(128 + signum)
 
+
+def exit_on_termination() -> None:
+    """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
+    command. A signal the user ignores (nohup) stays ignored. The first signal, Ctrl-C's too,
+    ends the run; the ones that follow it (a burst of Ctrl-C, a SIGTERM after it) are let go,
+    so that the unwinding it began (the command killed, the undo walk, the records closed, the
+    end record) runs to its end and the exit code is the first one's."""
+    import signal
+
+    ENDING.clear()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupted)
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
-            signal.signal(number, terminate)
+            signal.signal(number, terminated)
+
+
+def ignore_late_signals() -> None:
+    """The run is over: a signal now would find Python giving its handlers up on the way out
+    and kill the process by the signal, with no exit code and the end record perhaps unsaid."""
+    import signal
+
+    for number in (signal.SIGINT, *termination_signals()):
+        if signal.getsignal(number) != signal.SIG_IGN:
+            signal.signal(number, signal.SIG_IGN)
+
+
+def ctrl_c_given_back() -> None:
+    """The run is over, and the agent was called from a console, a debugger or a test that
+    goes on: Ctrl-C raises KeyboardInterrupt there again."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    ENDING.clear()
+
+
+def interrupt_handled() -> None:
+    """A Ctrl-C that ended a --chat turn only: the next one acts again."""
+    ENDING.clear()
 
 
 def check_sandbox(folder: str, limits: dict = SANDBOX_LIMITS, hidden: Sequence[str] = ()) -> None:

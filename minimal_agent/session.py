@@ -8,7 +8,17 @@ import json
 import os
 import re
 
-from minimal_agent import changes, completions, cost, diffs, display, files, sessions, wire
+from minimal_agent import (
+    changes,
+    completions,
+    cost,
+    diffs,
+    display,
+    files,
+    processes,
+    sessions,
+    wire,
+)
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.events import Events, Exchanges
@@ -523,6 +533,7 @@ class Session:
         self.events.emit("turn_end", turn=self.turn_number(), status="interrupted", error=None)
         self.cancelled += 1
         display.say("interrupted: the turn was cancelled; type the next message, or Enter to end")
+        processes.interrupt_handled()  # the session goes on: the next Ctrl-C acts again
 
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""

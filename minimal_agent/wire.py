@@ -276,7 +276,7 @@ def path_of(index: int, call: dict) -> dict:
     parsed, problem = None, None
     try:
         parsed = json.loads(arguments or "{}")
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         problem = f"not valid JSON ({error})"
     if parsed is not None and not isinstance(parsed, dict):
         parsed, problem = None, "JSON, but not an object"

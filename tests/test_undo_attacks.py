@@ -307,6 +307,66 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_undone(workdir, sessions_di
     assert (workdir / "setup.py").read_text() == "version = 1\n"
 
 
+def through_another_link(workdir: Path, elsewhere: str) -> list[dict]:
+    """Issue 35's attack: a step links src/conftest.py from elsewhere; the next writes the
+    payload through that link and removes it. Each step's command is a step of its own."""
+    (workdir / "src").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    if elsewhere.startswith(".git/"):
+        (workdir / ".git").mkdir()
+    return [
+        shell(f"ln src/conftest.py {elsewhere}", "c1"),
+        shell(f"printf 'import os  # payload\\n' > {elsewhere}; rm {elsewhere}", "c2"),
+    ]
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+@pytest.mark.parametrize("where", ["in .git", "in another folder", "outside the workdir"])
+def test_a_change_through_another_hard_link_is_reported_and_undone(
+    workdir, sessions_dir, tmp_path, where
+):
+    elsewhere = {
+        "in .git": ".git/o",
+        "in another folder": "docs_o",  # made inside the workdir, then gone
+        "outside the workdir": str(tmp_path / "o"),
+    }[where]
+    steps = through_another_link(workdir, elsewhere)
+    with StubServer([*steps, done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json-events", "go")
+    assert proc.returncode == 0, proc.stderr
+    assert (workdir / "src" / "conftest.py").read_text() == "import os  # payload\n"
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    changed = [line["path"] for line in lines if line["type"] == "file_change"]
+    assert "src/conftest.py" in changed
+    assert "src/conftest.py" in lines[-1]["files"]["changed"]
+    undone = take_back(workdir, sessions_dir, "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert (workdir / "src" / "conftest.py").read_text() == "safe = True\n"
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+def test_diff_in_a_chat_shows_a_change_through_a_hard_link_in_git(workdir, sessions_dir):
+    steps = through_another_link(workdir, ".git/o")
+    with StubServer([*steps, done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--chat", stdin="go\n/diff\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "-safe = True" in proc.stderr and "+import os  # payload" in proc.stderr
+
+
+@pytest.mark.posix("hard links")
+def test_a_file_linked_before_the_run_is_watched_through_its_other_name(
+    workdir, sessions_dir, tmp_path
+):
+    (workdir / "a.txt").write_text("mine\n")
+    os.link(workdir / "a.txt", tmp_path / "other")  # a link the run starts with
+    command = f"printf 'theirs\\n' > {tmp_path / 'other'}"
+    with StubServer([shell("true", "c1"), shell(command, "c2"), done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json", "go")
+    assert json.loads(proc.stdout)["files"]["changed"] == ["a.txt"]
+    assert take_back(workdir, sessions_dir, "--undo").returncode == 0
+    assert (workdir / "a.txt").read_text() == "mine\n"
+
+
 @pytest.mark.posix("file names that are bytes")
 def test_file_names_that_are_not_utf8_are_recorded_and_restored_byte_exact(workdir, sessions_dir):
     old, new = b"old-\xe9\xff.txt", b"new-\xfe.txt"
