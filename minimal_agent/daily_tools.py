@@ -11,7 +11,6 @@ events follow from the workdir's walk)."""
 
 from __future__ import annotations
 
-import difflib
 import io
 import os
 import re
@@ -204,6 +203,8 @@ def numbered(lines: list[str], first: int) -> str:
 def not_found(text: str, old_string: str, path: str) -> str:
     """The Error of an old_string that is not in text: the lines most like it, numbered, so
     that the model can copy them exactly."""
+    import difflib  # here: only an old_string not found needs it (minimal_agent/__init__.py)
+
     said = f"Error: old_string was not found in {path}"
     if " ".join(old_string.split()) in " ".join(text.split()):
         said += " (it is there if spaces, tabs and line breaks are ignored: copy them exactly)"

@@ -17,7 +17,6 @@ import heapq
 import json
 import os
 import re
-import subprocess
 import sys
 
 from minimal_agent import files
@@ -36,6 +35,8 @@ SKIPPED = {".git"}
 def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict | None]:
     """request done by a child process: the records it printed (one JSON object a line) and
     its last one ({"done": ...}), or None when it was stopped after seconds (SECONDS)."""
+    import subprocess  # here: --help must not import it (minimal_agent/__init__.py)
+
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # -I: neither the workdir nor PYTHON* variables choose what the child imports
     code = "import sys; sys.path[:0] = sys.argv[1:]; import minimal_agent.search as m; m.serve()"
