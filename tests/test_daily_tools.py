@@ -317,6 +317,20 @@ def test_search_and_list_files_never_follow_a_link(tools):
     assert call("list_files") == "own.txt"
 
 
+@pytest.mark.posix("folder descriptors, which Windows lacks (docs/platforms.md)")
+def test_a_folder_swapped_for_a_link_during_the_walk_is_not_listed(tmp_path):
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "sub").mkdir(parents=True)
+    (work / "a.txt").write_text("x\n")
+    outside.mkdir()
+    (outside / "secret.txt").write_text("password=hunter2\n")
+    walking = search.walk(str(work), ".", [])
+    assert next(walking)[0] == "a.txt"  # sub is listed already, and walked next
+    (work / "sub").rmdir()
+    (work / "sub").symlink_to(outside)  # by a command left running in the background, say
+    assert list(walking) == []
+
+
 def test_a_pattern_that_backtracks_catastrophically_is_stopped_in_time(tools, monkeypatch):
     monkeypatch.setattr(search, "SECONDS", 1.0)
     (tools / "a.txt").write_text("found first\n")
