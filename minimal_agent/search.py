@@ -32,9 +32,9 @@ SKIPPED = {".git"}
 # --- In the agent: the child started, its findings read back -------------------------------
 
 
-def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict | None]:
+def run(request: dict) -> tuple[list[dict], dict | None]:
     """request done by a child process: the records it printed (one JSON object a line) and
-    its last one ({"done": ...}), or None when it was stopped after seconds (SECONDS)."""
+    its last one ({"done": ...}), or None when it was stopped after SECONDS."""
     import subprocess  # here: --help must not import it (minimal_agent/__init__.py)
 
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,11 +49,14 @@ def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict |
     ) as child:
         body = json.dumps(request).encode()
         try:
-            out, err = child.communicate(body, timeout=SECONDS if seconds is None else seconds)
+            out, err = child.communicate(body, timeout=SECONDS)
         except subprocess.TimeoutExpired:
             child.kill()
             out, err = child.communicate()  # what it printed before
             return records(out), None
+        except BaseException:  # Ctrl-C, a termination signal: not waited for (it may never end)
+            child.kill()
+            raise
     found = records(out)
     if child.returncode or not found or "done" not in found[-1]:
         said = err.decode("utf-8", "replace").strip().splitlines()
@@ -62,8 +65,13 @@ def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict |
 
 
 def records(out: bytes) -> list[dict]:
-    lines = out.decode("utf-8", "replace").splitlines()
-    return [json.loads(line) for line in lines if line.endswith("}")]  # a cut last line: left out
+    found = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:  # a last line cut short by the kill
+            pass
+    return found
 
 
 # --- In the child ------------------------------------------------------------------------

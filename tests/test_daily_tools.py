@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
 import subprocess
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 import pytest
 from conftest import (
     ROOT,
+    WORKSPACE,
+    alive,
     clean_env,
     execute,
     run_in_process,
@@ -343,6 +346,39 @@ def test_a_pattern_that_backtracks_catastrophically_is_stopped_in_time(tools, mo
         "[the search was stopped after 1 s; a pattern with nested repeats, such as (a+)+, can "
         "take for ever: make it simpler, or narrow path or glob]",
     ]
+
+
+def processes_in(folder: Path) -> list[int]:
+    """The processes working in folder (their current folder), from /proc."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.readlink(f"/proc/{pid}/cwd") == str(folder.resolve()):
+                found.append(int(pid))
+        except OSError:  # gone, or not ours to look at
+            pass
+    return found
+
+
+@pytest.mark.linux("setitimer, to interrupt the search as Ctrl-C does, and /proc to find its child")
+def test_ctrl_c_during_a_search_that_never_ends_ends_its_child(tools, monkeypatch):
+    monkeypatch.setattr(search, "SECONDS", 600.0)
+    (tools / "b.txt").write_text("a" * 64 + "!\n")
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    began = time.monotonic()
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        with pytest.raises(KeyboardInterrupt):
+            daily_tools.search(WORKSPACE[0], "(a+)+$")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    assert time.monotonic() - began < 60
+    assert not [pid for pid in processes_in(tools) if alive(pid)]  # the child was killed
 
 
 def test_the_searchs_child_imports_nothing_from_the_workdir(tools):
