@@ -21,6 +21,7 @@ from minimal_agent import search as searching
 SOURCE = "the daily tools (LLM_DAILY_TOOLS)"
 LINES = 2_000  # lines read_file shows from offset when no limit is given
 MAX_LINE = 2_000  # characters of a line read_file shows
+MAX_EDITED = 64 * 2**20  # bytes: a larger file is not read whole into memory to be edited
 SHOWN = 20  # lines of an edit's result, and of the closest match of an old_string not found
 
 
@@ -109,7 +110,12 @@ def edit_file(ws, path: str, old_string: str, new_string: str, replace_all: bool
             f"{path} does not exist; to create it, give an empty old_string (or use write_file)"
         )
     with files.open_regular(ws.folder, file) as handle:
-        data = handle.read()
+        data = handle.read(MAX_EDITED + 1)
+    if len(data) > MAX_EDITED:
+        return (
+            f"Error: {path} is over {MAX_EDITED // 2**20} MB, more than edit_file reads: change "
+            "it with a command (sed, a script) through run_shell"
+        )
     if files.looks_binary(data[:8192]):
         return f"Error: {path} is a binary file; edit_file changes text files only"
     text, encoding = decoded(data, path)

@@ -228,6 +228,16 @@ def test_a_huge_file_is_edited_and_said_rewritten(tools):
     assert (tools / "big.txt").read_text() == big.replace("000030000 some", "000030000 other")
 
 
+def test_a_file_too_large_to_hold_is_not_read_whole(tools):
+    with open(tools / "huge.log", "wb") as file:  # sparse: no time or disk spent on it
+        file.write(b"start\n")
+        file.truncate(daily_tools.MAX_EDITED + 1)
+    assert edit("huge.log", "start", "x") == (
+        "Error: huge.log is over 64 MB, more than edit_file reads: change it with a command "
+        "(sed, a script) through run_shell"
+    )
+
+
 def test_edit_files_arguments_are_checked_by_its_schema(tools):
     assert call("edit_file", path="a", old_string="x") == (
         "Error: edit_file takes a JSON object with the fields path (a string), old_string (a "
