@@ -302,6 +302,29 @@ def test_search_finds_matches_as_path_line_text_and_skips_ignored_git_and_binary
     assert call("search", pattern="nothing") == "No matches for 'nothing' in ."
 
 
+def test_the_gitignore_subset_reads_as_git_does(tmp_path):
+    rules = "# a comment\n\ndocs/build\n**/cache/\n*.tmp\n!important.tmp\nlogs/\n!logs/keep.txt\n"
+    (tmp_path / ".gitignore").write_text(rules + "\\#hash\nspaced\\ \n")
+    paths = {
+        "docs/build/x": False,  # a / in the middle: anchored to the .gitignore's folder
+        "sub/docs/build/y": True,
+        "a/b/cache/z": False,  # **/: at any depth; the trailing /: a folder only
+        "cache": True,
+        "x.tmp": False,
+        "sub/y.tmp": False,
+        "important.tmp": True,  # ! takes it back
+        "logs/keep.txt": False,  # inside an ignored folder: git cannot take it back either
+        "#hash": False,  # an escaped #, no comment
+        "spaced ": False,  # an escaped trailing space is kept
+        "kept.txt": True,
+    }
+    for path in paths:
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text("x\n")
+    listed = {path for path, _, _ in search.walk(str(tmp_path), ".", [])}
+    assert listed == {".gitignore", *(path for path, kept in paths.items() if kept)}
+
+
 def test_a_bad_pattern_or_glob_is_an_error_naming_it(tools):
     assert call("search", pattern="(unclosed") == (
         "Error: the pattern '(unclosed' is not a regular expression Python reads: missing ), "
