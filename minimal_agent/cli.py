@@ -174,13 +174,17 @@ def error_exit_code(error: AgentError) -> int:
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
     config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
+    tools = "read_file, write_file and run_shell"
+    if installed:
+        tools = "read_file, write_file, run_shell, edit_file, search and list_files (the "
+        tools += "last three unless LLM_DAILY_TOOLS=0)"
     parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
-        description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
-        "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
-        "conversation is saved, so it can be resumed (-c, -r, --sessions).",
+        description=f"A minimal LLM agent: the model calls {tools} in a workdir until the "
+        "task is done. Without a TASK it reads one from piped stdin, or on a terminal runs the "
+        "lesson's demo task (minimal-agent: opens a chat). Every conversation is saved, so it "
+        "can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
         f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
