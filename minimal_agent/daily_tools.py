@@ -286,7 +286,7 @@ def list_files(ws, pattern: str = "**") -> str:
     found, done = searching.run(
         {
             "tool": "list_files",
-            "pattern": pattern,
+            "pattern": pattern.removeprefix("./"),  # the paths matched have no ./ before them
             **start_of(ws, "."),
             "private": ws.private,
             "max": searching.MAX_PATHS,

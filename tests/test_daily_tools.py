@@ -437,6 +437,7 @@ def test_list_files_matches_globs_newest_first_with_the_same_skips(tools):
     (tools / ".git" / "x.py").write_text("x\n")
     assert call("list_files", pattern="**/*.py") == "src/deep/b.py\nsrc/a.py\nsetup.py"
     assert call("list_files", pattern="*.py") == "setup.py"
+    assert call("list_files", pattern="./src/*.py") == "src/a.py"
     assert call("list_files", pattern="src/**") == "src/deep/b.py\nsrc/a.py"
     assert call("list_files") == "README.md\nsrc/deep/b.py\nsrc/a.py\nsetup.py\n.gitignore"
     assert call("list_files", pattern="*.rs") == "No files match '*.rs'"
