@@ -11,6 +11,7 @@ import os
 import signal
 import stat
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from conftest import (
     saved_messages,
     stub_env,
     use_workspace,
+    wait_for,
 )
 from fake_model import reply, tool_call
 from stub_server import EDIT_DEMO_TASK, StubServer
@@ -368,17 +370,18 @@ def test_a_folder_swapped_for_a_link_during_the_walk_is_not_listed(tmp_path):
 
 
 def test_a_pattern_that_backtracks_catastrophically_is_stopped_in_time(tools, monkeypatch):
-    monkeypatch.setattr(search, "SECONDS", 1.0)
+    monkeypatch.setattr(search, "SECONDS", 3.0)
     (tools / "a.txt").write_text("found first\n")
     (tools / "b.txt").write_text("a" * 64 + "!\n")  # (a+)+$ on it: 2**64 ways to fail
     began = time.monotonic()
-    result = call("search", pattern="^found|(a+)+$")
-    assert time.monotonic() - began < 30  # the child was killed, not waited for
-    assert result.splitlines() == [
-        "a.txt:1: found first",
-        "[the search was stopped after 1 s; a pattern with nested repeats, such as (a+)+, can "
-        "take for ever: make it simpler, or narrow path or glob]",
-    ]
+    *found, last = call("search", pattern="^found|(a+)+$").splitlines()
+    assert time.monotonic() - began < 60  # the child was killed, not waited for
+    assert last == (
+        "[the search was stopped after 3 s; a pattern with nested repeats, such as (a+)+, can "
+        "take for ever: make it simpler, or narrow path or glob]"
+    )
+    # What it found before (unless a loaded machine took the 3 s to start the child)
+    assert found in (["a.txt:1: found first"], [])
 
 
 def processes_in(folder: Path) -> list[int]:
@@ -393,7 +396,7 @@ def processes_in(folder: Path) -> list[int]:
     return found
 
 
-@pytest.mark.linux("setitimer, to interrupt the search as Ctrl-C does, and /proc to find its child")
+@pytest.mark.linux("a signal to interrupt the search as Ctrl-C does, and /proc to find its child")
 def test_ctrl_c_during_a_search_that_never_ends_ends_its_child(tools, monkeypatch):
     monkeypatch.setattr(search, "SECONDS", 600.0)
     (tools / "b.txt").write_text("a" * 64 + "!\n")
@@ -401,14 +404,17 @@ def test_ctrl_c_during_a_search_that_never_ends_ends_its_child(tools, monkeypatc
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    def interrupt_once_it_runs() -> None:  # as Ctrl-C would, once the child is there
+        wait_for(lambda: processes_in(tools), "the search's child never started")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+
     previous = signal.signal(signal.SIGALRM, interrupt)
     began = time.monotonic()
     try:
-        signal.setitimer(signal.ITIMER_REAL, 0.5)
+        threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             daily_tools.search(WORKSPACE[0], "(a+)+$")
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
     assert time.monotonic() - began < 60
     assert not [pid for pid in processes_in(tools) if alive(pid)]  # the child was killed
