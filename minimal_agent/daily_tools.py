@@ -264,14 +264,16 @@ def search(ws, pattern: str, path: str = ".", glob: str | None = None) -> str:
     start = start_of(ws, path)
     request = {"tool": "search", "pattern": pattern, "glob": glob, **start}
     found, done = searching.run({**request, "private": ws.private, "max": searching.MAX_MATCHES})
-    lines = [f"{p}:{number}: {text}" for p, number, text in (r["match"] for r in found)]
+    matches = [f"{p}:{number}: {text}" for p, number, text in (r["match"] for r in found)]
+    lines, unshown = within(matches, ws.max_result_chars)
+    more = unshown + (done["more"] if done else 0)
     if done is None:
         lines.append(
             f"[the search was stopped after {searching.SECONDS:g} s; a pattern with nested "
             "repeats, such as (a+)+, can take for ever: make it simpler, or narrow path or glob]"
         )
-    elif done["more"]:
-        lines.append(f"[{done['more']} more matches not shown: narrow the pattern, path or glob]")
+    elif more:
+        lines.append(f"[{more} more matches not shown: narrow the pattern, path or glob]")
     if done and done["too_large"]:
         size = searching.MAX_FILE // 2**20
         lines.append(f"[{done['too_large']} files over {size} MB were not searched]")
@@ -297,10 +299,21 @@ def list_files(ws, pattern: str = "**") -> str:
             f"Error: listing took over {searching.SECONDS:g} s (the workdir is large): narrow "
             "the pattern, such as src/**/*.py instead of **/*.py"
         )
-    lines = [record["path"] for record in found]
-    if done["more"]:
-        lines.append(f"[{done['more']} more paths not shown: narrow the pattern]")
+    lines, unshown = within([record["path"] for record in found], ws.max_result_chars)
+    if done["more"] + unshown:
+        lines.append(f"[{done['more'] + unshown} more paths not shown: narrow the pattern]")
     return "\n".join(lines) or f"No files match {pattern!r}"
+
+
+def within(lines: list[str], limit: int) -> tuple[list[str], int]:
+    """The first lines that fit in a result of limit characters (room left for the line
+    saying how many more), and how many did not."""
+    budget = limit - 300
+    for count, line in enumerate(lines):
+        budget -= len(line) + 1
+        if budget < 0:
+            return lines[:count], len(lines) - count
+    return lines, 0
 
 
 def start_of(ws, path: str) -> dict:

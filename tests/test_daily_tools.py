@@ -335,6 +335,17 @@ def test_a_bad_pattern_or_glob_is_an_error_naming_it(tools):
     assert call("search", pattern="x", glob="[z-a]").startswith("Error: the glob '[z-a]' cannot")
 
 
+def test_a_search_is_capped_in_characters_too_with_the_count_kept(tools):
+    (tools / "wide.txt").write_text(("match" + "x" * 400 + "\n") * 90)
+    result = call("search", pattern="match")
+    assert len(result) <= agent.MAX_RESULT_CHARS and "left out" not in result
+    shown = result.count("wide.txt:")
+    assert result.endswith(
+        f"[{90 - shown} more matches not shown: narrow the pattern, path or glob]"
+    )
+    assert 40 < shown < 90
+
+
 def test_search_is_capped_with_a_line_saying_how_many_more(tools):
     (tools / "many.txt").write_text("match\n" * (search.MAX_MATCHES + 7))
     result = call("search", pattern="match").splitlines()
