@@ -321,7 +321,7 @@ def check_tools() -> None:
 
 def call_problem(name: str, args: object, added: dict) -> str | None:
     """Why a call cannot run: there is no such tool, or its arguments do not fit its schema
-    (of the tool the session added, added, where there is one of that name)."""
+    (for a name in added, Workspace.added_tools, the added tool's schema)."""
     if name not in TOOL_MAP and name not in added:
         return f"there is no tool {name!r}; the tools are {', '.join({**TOOL_MAP, **added})}"
     if name in added:
