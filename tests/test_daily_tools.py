@@ -567,6 +567,16 @@ def test_the_edit_example_replays_offline_on_its_recorded_path(workdir):
     assert "edit_file" in [c["function"]["name"] for m in messages for c in m.get("tool_calls", [])]
 
 
+def test_replaying_the_edit_example_without_the_daily_tools_says_what_to_set(workdir):
+    example = ROOT / "examples" / "edit_demo.jsonl"
+    proc = run_in_process("--workdir", str(workdir), "--replay", str(example), env=clean_env())
+    assert (
+        "note: the transcript calls search, edit_file, which this run does not offer "
+        "(edit_file, search: set LLM_DAILY_TOOLS=1), so the replay will leave the recorded path "
+        "there"
+    ) in proc.stderr
+
+
 def test_the_installed_command_offers_the_daily_tools(tmp_path):
     from test_command import COMMAND, command_env
 
