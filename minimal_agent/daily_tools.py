@@ -103,14 +103,13 @@ def edit_file(ws, path: str, old_string: str, new_string: str, replace_all: bool
         diffs.review_write(ws, path, file, new_string)
         files.write_atomically(ws.folder, file, new_string)
         return f"Created {path} ({diffs.plural(line_count(new_string), 'line')})"
-    if os.path.isdir(file):
-        raise IsADirectoryError(f"{path} is a folder, not a file")
-    if not os.path.isfile(file):
+    try:  # a folder, a FIFO or a device: refused, without blocking on it
+        with files.open_regular(ws.folder, file) as handle:
+            data = handle.read(MAX_EDITED + 1)
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} does not exist; to create it, give an empty old_string (or use write_file)"
-        )
-    with files.open_regular(ws.folder, file) as handle:
-        data = handle.read(MAX_EDITED + 1)
+        ) from None
     if len(data) > MAX_EDITED:
         return (
             f"Error: {path} is over {MAX_EDITED // 2**20} MB, more than edit_file reads: change "

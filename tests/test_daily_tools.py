@@ -134,6 +134,14 @@ def test_a_character_the_encoding_cannot_hold_is_refused_and_nothing_written(too
     assert (tools / "t.txt").read_bytes() == data
 
 
+@pytest.mark.posix("a FIFO")
+def test_a_fifo_or_a_folder_is_refused_without_blocking(tools):
+    os.mkfifo(tools / "pipe")
+    (tools / "folder").mkdir()
+    assert edit("pipe", "a", "b") == "Error: NotARegularFile: pipe is a FIFO, not a regular file"
+    assert edit("folder", "a", "b") == "Error: IsADirectoryError: folder is a folder, not a file"
+
+
 def test_a_binary_file_is_not_edited(tools):
     (tools / "b.bin").write_bytes(b"\0\1\2abc")
     assert (
