@@ -250,9 +250,10 @@ def edited(path: str, new_text: str, places: list[int], old: str, new: str) -> s
 # --- search and list_files -----------------------------------------------------------------
 
 
-def search(ws, pattern: str, path: str = ".", glob: str | None = None) -> str:
+def search(ws, pattern: str, path: str | None = ".", glob: str | None = None) -> str:
     """The lines of the workdir's text files (under path; whose names match glob) that match
     the regular expression pattern, as path:line: text."""
+    path = path or "."
     try:
         re.compile(pattern)
     except re.error as error:
@@ -279,8 +280,9 @@ def search(ws, pattern: str, path: str = ".", glob: str | None = None) -> str:
     return "\n".join(lines) or f"No matches for {pattern!r} in {path}"
 
 
-def list_files(ws, pattern: str = "**") -> str:
+def list_files(ws, pattern: str | None = "**") -> str:
     """The workdir's files whose paths match the glob pattern, newest first."""
+    pattern = pattern or "**"
     problem = bad_glob(pattern)
     if problem:
         return problem
@@ -343,6 +345,13 @@ def schema(name: str, description: str, properties: dict, required: list[str]) -
 
 
 PATH = {"type": "string", "description": "File path, relative to the workdir."}
+
+
+def or_null(kind: str) -> list[str]:
+    """An optional parameter's type: models often send null for one they leave at its default."""
+    return [kind, "null"]
+
+
 SCHEMAS = [
     schema(
         "read_file",
@@ -350,8 +359,14 @@ SCHEMAS = [
         "come numbered (as cat -n numbers them), to aim an edit_file.",
         {
             "path": PATH,
-            "offset": {"type": "integer", "description": "The first line to read (from 1)."},
-            "limit": {"type": "integer", "description": f"How many lines (default {LINES})."},
+            "offset": {
+                "type": or_null("integer"),
+                "description": "The first line to read (from 1).",
+            },
+            "limit": {
+                "type": or_null("integer"),
+                "description": f"How many lines (default {LINES}).",
+            },
         },
         ["path"],
     ),
@@ -366,7 +381,7 @@ SCHEMAS = [
             "old_string": {"type": "string", "description": "The exact text to replace."},
             "new_string": {"type": "string", "description": "The text to put in its place."},
             "replace_all": {
-                "type": "boolean",
+                "type": or_null("boolean"),
                 "description": "Replace every occurrence (default false).",
             },
         },
@@ -379,9 +394,12 @@ SCHEMAS = [
         "files. Needs no approval.",
         {
             "pattern": {"type": "string", "description": "A regular expression."},
-            "path": {"type": "string", "description": "A folder or file to search (default .)."},
+            "path": {
+                "type": or_null("string"),
+                "description": "A folder or file to search (default .).",
+            },
             "glob": {
-                "type": "string",
+                "type": or_null("string"),
                 "description": "Only files matching this glob, such as *.py or src/**/*.ts.",
             },
         },
@@ -392,7 +410,7 @@ SCHEMAS = [
         "List the workdir's files whose paths match a glob, newest first (** matches any "
         "number of folders, none included: **/*.py finds setup.py too). Skips what .gitignore "
         "ignores and .git. Needs no approval.",
-        {"pattern": {"type": "string", "description": "A glob (default **: every file)."}},
+        {"pattern": {"type": or_null("string"), "description": "A glob (default **: every file)."}},
         [],
     ),
 ]

@@ -251,8 +251,8 @@ def test_a_file_too_large_to_hold_is_not_read_whole(tools):
 def test_edit_files_arguments_are_checked_by_its_schema(tools):
     assert call("edit_file", path="a", old_string="x") == (
         "Error: edit_file takes a JSON object with the fields path (a string), old_string (a "
-        "string), new_string (a string), replace_all (a boolean), of which path, old_string, "
-        "new_string must be given: missing 'new_string'"
+        "string), new_string (a string), replace_all (a boolean or null), of which path, "
+        "old_string, new_string must be given: missing 'new_string'"
     )
 
 
@@ -271,6 +271,7 @@ def test_offset_and_limit_read_numbered_lines_and_say_where_to_go_on(tools):
     )
     assert call("read_file", path="a.txt", offset=0).startswith("Error: offset and limit count")
     assert call("read_file", path="a.txt") == (tools / "a.txt").read_bytes().decode()  # as today
+    assert call("read_file", path="a.txt", offset=10, limit=None) == "    10\tl10"  # null: unset
 
 
 def test_a_line_longer_than_the_limit_is_cut_and_a_result_stays_within_the_cap(tools):
@@ -310,6 +311,7 @@ def test_search_finds_matches_as_path_line_text_and_skips_ignored_git_and_binary
         "src/top.txt:1: TODO: not at the top"
     )
     assert call("search", pattern="nothing") == "No matches for 'nothing' in ."
+    assert call("search", pattern="TODO", path=None, glob=None).startswith("keep.log:1:")
 
 
 def test_the_gitignore_subset_reads_as_git_does(tmp_path):
@@ -466,6 +468,7 @@ def test_list_files_matches_globs_newest_first_with_the_same_skips(tools):
     assert call("list_files", pattern="src/**") == "src/deep/b.py\nsrc/a.py"
     assert call("list_files") == "README.md\nsrc/deep/b.py\nsrc/a.py\nsetup.py\n.gitignore"
     assert call("list_files", pattern="*.rs") == "No files match '*.rs'"
+    assert call("list_files", pattern=None) == call("list_files")
 
 
 def test_list_files_is_capped(tools, monkeypatch):
