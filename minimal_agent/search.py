@@ -47,7 +47,7 @@ def run(request: dict) -> tuple[list[dict], dict | None]:
         stderr=subprocess.PIPE,
         cwd=request["folder"],
     ) as child:
-        body = json.dumps(request).encode()
+        body = json.dumps({**request, "seconds": SECONDS}).encode()
         try:
             out, err = child.communicate(body, timeout=SECONDS)
         except subprocess.TimeoutExpired:
@@ -79,6 +79,11 @@ def records(out: bytes) -> list[dict]:
 
 def serve() -> None:
     request = json.loads(sys.stdin.read())
+    if hasattr(os, "fork"):  # POSIX: SIGALRM's default ends the child even inside a regex, so
+        import math  # it never outlives its time, whatever became of the agent (kill -9)
+        import signal
+
+        signal.alarm(math.ceil(request["seconds"]) + 2)
     if request["tool"] == "search":
         done = grep(request)
     else:

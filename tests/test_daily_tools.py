@@ -405,13 +405,15 @@ def test_a_pattern_that_backtracks_catastrophically_is_stopped_in_time(tools, mo
     assert found in (["a.txt:1: found first"], [])
 
 
-def processes_in(folder: Path) -> list[int]:
-    """The processes working in folder (their current folder), from /proc."""
+def searches_in(folder: Path) -> list[int]:
+    """The search children working in folder (their current folder), from /proc: each once it
+    runs the search's code (its start, by then, is over)."""
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if os.readlink(f"/proc/{pid}/cwd") == str(folder.resolve()):
-                found.append(int(pid))
+                if b"minimal_agent.search" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                    found.append(int(pid))
         except OSError:  # gone, or not ours to look at
             pass
     return found
@@ -422,12 +424,17 @@ def test_ctrl_c_during_a_search_that_never_ends_ends_its_child(tools, monkeypatc
     monkeypatch.setattr(search, "SECONDS", 600.0)
     (tools / "b.txt").write_text("a" * 64 + "!\n")
 
+    stopped = threading.Event()
+
     def interrupt(signum, frame):
-        raise KeyboardInterrupt
+        if not stopped.is_set():
+            raise KeyboardInterrupt
 
     def interrupt_once_it_runs() -> None:  # as Ctrl-C would, once the child is there
-        wait_for(lambda: processes_in(tools), "the search's child never started")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+        wait_for(lambda: searches_in(tools), "the search's child never started")
+        while not stopped.is_set():  # again if one lands where Python ignores it (gc callbacks)
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGALRM)
+            stopped.wait(1)
 
     previous = signal.signal(signal.SIGALRM, interrupt)
     began = time.monotonic()
@@ -435,10 +442,31 @@ def test_ctrl_c_during_a_search_that_never_ends_ends_its_child(tools, monkeypatc
         threading.Thread(target=interrupt_once_it_runs, daemon=True).start()
         with pytest.raises(KeyboardInterrupt):
             daily_tools.search(WORKSPACE[0], "(a+)+$")
+        stopped.set()
     finally:
+        stopped.set()
         signal.signal(signal.SIGALRM, previous)
     assert time.monotonic() - began < 60
-    assert not [pid for pid in processes_in(tools) if alive(pid)]  # the child was killed
+    assert not [pid for pid in searches_in(tools) if alive(pid)]  # the child was killed
+
+
+@pytest.mark.linux("/proc, to find the search's child")
+def test_the_searchs_child_ends_itself_on_time_whatever_became_of_the_agent(tools, monkeypatch):
+    monkeypatch.setattr(search, "SECONDS", 0.5)
+    (tools / "b.txt").write_text("a" * 64 + "!\n")
+
+    def agent_gone(self, body, timeout):  # the request sent, then the agent killed -9
+        self.stdin.write(body)
+        self.stdin.close()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(subprocess.Popen, "kill", lambda self: None)
+    monkeypatch.setattr(subprocess.Popen, "communicate", agent_gone)
+    with pytest.raises(KeyboardInterrupt):
+        daily_tools.search(WORKSPACE[0], "(a+)+$")
+    wait_for(lambda: searches_in(tools), "the search's child never started")
+    (pid,) = searches_in(tools)
+    wait_for(lambda: not alive(pid), "the child outlived its time", seconds=60)
 
 
 def test_the_searchs_child_imports_nothing_from_the_workdir(tools):
