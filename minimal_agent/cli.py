@@ -13,9 +13,11 @@ import stat
 import sys
 
 from minimal_agent import (
+    added_tools,
     changes,
     completions,
     cost,
+    daily_tools,
     display,
     events,
     files,
@@ -124,6 +126,7 @@ def run_session(
         if moved:
             display.say(moved)
         say_private_inside(args.workdir, private)
+        args.daily_tools = daily_tools_on(config, installed)
         session = outcome.session = open_session(
             agent, args, config, model, pass_env, private, limits, stream
         )
@@ -191,20 +194,26 @@ def error_exit_code(error: AgentError) -> int:
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
     config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
+    tools = "read_file, write_file and run_shell"
+    if installed:
+        tools = "read_file, write_file, run_shell, edit_file, search and list_files (the "
+        tools += "last three unless LLM_DAILY_TOOLS=0)"
     parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
-        description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
-        "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
-        "conversation is saved, so it can be resumed (-c, -r, --sessions).",
+        description=f"A minimal LLM agent: the model calls {tools} in a workdir until the "
+        "task is done. Without a TASK it reads one from piped stdin, or on a terminal runs the "
+        "lesson's demo task (minimal-agent: opens a chat). Every conversation is saved, so it "
+        "can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
         "4 the answer is cut off or empty, 5 finished but calls were refused for want of an "
         f"approval nobody could give, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
-        "LLM_EFFORT, LLM_PASS_ENV, LLM_SANDBOX_LIMITS; see the README.",
+        "LLM_EFFORT, LLM_PASS_ENV, LLM_SANDBOX_LIMITS, LLM_DAILY_TOOLS (1: add edit_file, "
+        "search, list_files and read_file's offset and limit; on for minimal-agent, off for "
+        "agent.py); see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
@@ -575,6 +584,8 @@ def open_session(
     workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
     workspace.private, workspace.sandbox_limits = private, limits  # before AGENTS.md is read
     workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
+    if args.daily_tools:
+        daily_tools.add_to(workspace, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(args)
@@ -583,7 +594,8 @@ def open_session(
     max_tokens = args.max_tokens or max_tokens_setting(config)
     typed = None if args.no_save else sessions.history_file(sessions_folder(config))
     server = None if args.replay else config
-    window = context_window(config, model, max_tokens, server, agent.TOOLS)
+    tools = added_tools.offered(agent.TOOLS, workspace.added_tools)
+    window = context_window(config, model, max_tokens, server, tools)
     if compaction:
         try:
             window.restore(compaction, history)
@@ -741,6 +753,14 @@ def yes_setting(config: dict, name: str) -> bool:
     if text not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
         raise AgentError(f"{name} must be 1 (on) or 0 (off), not {text!r}")
     return text in ("1", "true", "yes", "on")
+
+
+def daily_tools_on(config: dict, installed: bool) -> bool:
+    """Whether the session adds the daily tools (edit_file, search, list_files, read_file's
+    offset and limit): LLM_DAILY_TOOLS if set, else on for the installed command only."""
+    if not config.get("LLM_DAILY_TOOLS"):
+        return installed
+    return yes_setting(config, "LLM_DAILY_TOOLS")
 
 
 def list_sessions(config: dict) -> int:

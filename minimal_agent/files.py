@@ -201,12 +201,12 @@ def kind(mode: int) -> str:
     return "a socket" if stat.S_ISSOCK(mode) else "something else"
 
 
-def write_atomically(folder: str, file: str, content: str) -> int:
-    """Write content (UTF-8) to file (a real path inside folder, as Workspace.path gives it)
+def write_atomically(folder: str, file: str, content: str | bytes) -> int:
+    """Write content (text as UTF-8) to file (a real path inside folder, as Workspace.path gives it)
     through a temporary file renamed over it, creating its folders; an existing file keeps its
     mode. Where the platform allows, no link swapped in after the check leads the write
     outside folder (see parent_of). Returns the number of bytes written."""
-    data = content.encode("utf-8", "replace")
+    data = content if isinstance(content, bytes) else content.encode("utf-8", "replace")
     with parent_of(folder, file, create=True) as (where, name):
         folder_part, base = os.path.split(name)  # folder_part: "" where name is in where
         temporary = os.path.join(folder_part, f".{base}.{os.urandom(6).hex()}.tmp")

@@ -9,6 +9,7 @@ import os
 import re
 
 from minimal_agent import (
+    added_tools,
     changes,
     completions,
     cost,
@@ -164,6 +165,11 @@ class Session:
         recorded = sessions.recorded_workdirs(save)
         if not recorded or recorded[-1] != self.workspace.folder:
             self.messages.save({"event": "workdir", "workdir": self.workspace.folder})
+
+    def tools(self, lesson_tools: list[dict]) -> list[dict]:
+        """The tools' schemas each request sends: the lesson's, and those the session added to
+        the workspace (minimal_agent/added_tools.py), an added one in a lesson tool's place."""
+        return added_tools.offered(lesson_tools, self.workspace.added_tools)
 
     @property
     def limits(self) -> dict:
