@@ -586,7 +586,7 @@ def test_confirm_writes_applies_to_edits(workdir):
     step = tool_call("edit_file", {"path": "a.txt", "old_string": "one", "new_string": "1"}, "c1")
     with StubServer([reply(None, step, reasoning=""), reply("ok", reasoning="")]) as server:
         proc = run_agent(server, workdir, "--confirm-writes", "edit", LLM_DAILY_TOOLS="1")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 5, proc.stderr  # refused: nobody could approve it (docs/json.md)
     assert (workdir / "a.txt").read_text() == "one\n"
     result = server.requests[-1]["messages"][-1]["content"]
     assert result.startswith("Error: PermissionError: the file was not written")
