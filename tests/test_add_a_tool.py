@@ -445,6 +445,7 @@ def failures_in(copy: Path, files: list[str]) -> tuple[list[str], str]:
     return failed, tail
 
 
+@pytest.mark.long
 @pytest.mark.timeout(300)
 def test_a_learner_who_adds_a_tool_keeps_the_suite_green(tmp_path):
     # A copy of the checkout (a learner's edits and all) where the learner has added the
