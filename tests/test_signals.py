@@ -118,6 +118,7 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     assert not alive(int(pid_file.read_text()))
 
 
+@pytest.mark.long
 @pytest.mark.linux("runs the worst-moment tests above, which need /proc")
 def test_the_signal_tests_pass_when_pytest_is_started_with_signals_ignored():
     # `nohup pytest` starts pytest with SIGHUP ignored, and a script's background job
