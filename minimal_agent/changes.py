@@ -624,6 +624,8 @@ class Recorder:
     def advance(self) -> None:
         """The walk that ends the open step, if any, and begins the next: the one running
         ahead if there is one, else one made now."""
+        if self.ahead is not None and self.ahead.ident is None:
+            self.ahead = None  # made, but a signal came before it was started
         if self.ahead is None:
             self.stop.clear()  # a walk ahead stopped earlier must not stop this one
             self.advance_safely()
@@ -631,7 +633,8 @@ class Recorder:
 
     def join(self) -> None:
         if self.ahead is not None:
-            self.ahead.join()
+            if self.ahead.ident is not None:  # not when a signal came before its start
+                self.ahead.join()
             self.ahead = None
         for note in self.notes:
             display.say(note)

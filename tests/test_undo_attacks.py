@@ -608,3 +608,31 @@ def test_a_sandboxed_command_cannot_write_any_conversations_store_or_transcript(
         assert not (sessions_dir / "new.jsonl").exists()
         for path, data in before.items():
             assert b"forged" not in path.read_bytes() and path.read_bytes().startswith(data)
+
+
+def test_a_signal_between_a_walks_making_and_its_start_loses_no_change(tmp_path):
+    """Ctrl-C can land after the walk ahead's thread is made and before it is started: the
+    close must neither crash ("cannot join thread before it is started") nor skip the walk."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "a.txt").write_text("before\n")
+    seen = []
+    recorder = changes.Recorder(
+        str(workdir), tmp_path / "store", on_change=lambda path, change: seen.append(path)
+    )
+
+    class InterruptedAtStart(threading.Thread):
+        def start(self):
+            raise KeyboardInterrupt
+
+    try:
+        recorder.turn_begins("go")
+        recorder.walk_ahead()
+        recorder.step_begins(["run_shell"])
+        (workdir / "a.txt").write_text("after\n")
+        recorder.thread = InterruptedAtStart
+        with pytest.raises(KeyboardInterrupt):
+            recorder.walk_ahead()
+    finally:
+        recorder.close()
+    assert seen == ["a.txt"]
