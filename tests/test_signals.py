@@ -184,6 +184,7 @@ def test_a_burst_of_ctrl_c_during_the_command_ends_with_130_and_the_end_record_l
     ended_cleanly(proc, out, err, {130})
 
 
+@pytest.mark.long
 @pytest.mark.posix("signals to a process")
 @settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
