@@ -79,6 +79,8 @@ class Workspace:
         self.sandbox_limits = sandbox_limits  # /tmp, processes, memory
         self.user = user or display.TerminalUser()  # asked to approve; types --chat's messages
         self.events = events or display.terminal_events()  # what happens, for its readers
+        # Tools the session adds to TOOLS and TOOL_MAP (minimal_agent/added_tools.py): none here
+        self.added_tools: dict = {}
 
     def path(self, name: str) -> str:
         """The real location of name, relative to the folder; refused if it lies outside it,
@@ -189,9 +191,14 @@ def execute_tool_call(call: dict, ws: Workspace) -> str:
     name = call["function"]["name"]
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
-        problem = call_problem(name, args)  # no such tool, or arguments its schema does not allow
+        problem = call_problem(name, args, ws.added_tools)  # no such tool, or bad arguments
         with tool_results.contained():  # print() kept off the answer's stdout, sys.exit() an error
-            result = f"Error: {problem}" if problem else TOOL_MAP[name](ws, **args)
+            if problem:
+                result = f"Error: {problem}"
+            elif name in ws.added_tools:  # one the session added (maybe in a lesson tool's place)
+                result = ws.added_tools[name].function(ws, **args)
+            else:
+                result = TOOL_MAP[name](ws, **args)
     except json.JSONDecodeError as error:
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"
     except Exception as error:  # a failing tool is news for the model, not a crash
@@ -223,7 +230,7 @@ def run(
         client, model = model_client.client_and_model(client, model)
     session = session or new_session(options)
     messages = session.start(task)  # the conversation so far, the task appended
-    request = {"model": model, "tools": TOOLS, **session.limits}
+    request = {"model": model, "tools": session.tools(TOOLS), **session.limits}  # and any added
 
     for step in range(1, max_steps + 1):
         # client.chat.completions.create(**request, messages=messages), once the budget and the
@@ -322,11 +329,15 @@ def check_tools() -> None:
             raise AgentError(f"the function of the tool {name!r} {problem}")
 
 
-def call_problem(name: str, args: object) -> str | None:
-    """Why a call cannot run: there is no such tool, or its arguments do not fit its schema."""
-    if name not in TOOL_MAP:
-        return f"there is no tool {name!r}; the tools are {', '.join(TOOL_MAP)}"
-    tool = next(t["function"] for t in TOOLS if t["function"]["name"] == name)
+def call_problem(name: str, args: object, added: dict) -> str | None:
+    """Why a call cannot run: there is no such tool, or its arguments do not fit its schema
+    (for a name in added, Workspace.added_tools, the added tool's schema)."""
+    if name not in TOOL_MAP and name not in added:
+        return f"there is no tool {name!r}; the tools are {', '.join({**TOOL_MAP, **added})}"
+    if name in added:
+        tool = added[name].schema["function"]
+    else:
+        tool = next(t["function"] for t in TOOLS if t["function"]["name"] == name)
     schema = tool.get("parameters", {"type": "object", "properties": {}})
     return tool_schema.arguments_problem(name, schema, args)
 

@@ -15,6 +15,7 @@ import unicodedata
 from urllib.parse import urlsplit
 
 from minimal_agent.errors import AgentError
+from minimal_agent.sessions import refuse_settings_changed_by_a_run
 
 LESSON_CONFIG = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
 CONFIG_FILE = LESSON_CONFIG  # the file read unless another is named (the installed command's)
@@ -33,7 +34,7 @@ SETTINGS = (  # every setting the agent reads, for the misspelling check
     "LLM_API_KEY", "LLM_BASE_URL", "LLM_MODEL", "LLM_MAX_TOKENS", "LLM_CURRENCY", "LLM_MAX_COST",
     "LLM_PRICE_INPUT", "LLM_PRICE_CACHED_INPUT", "LLM_PRICE_OUTPUT", "LLM_SESSIONS_DIR",
     "LLM_CONTEXT_TOKENS", "LLM_COMPACT_AT", "LLM_CONFIRM_WRITES", "LLM_THINKING", "LLM_EFFORT",
-    "LLM_PASS_ENV", "LLM_SANDBOX_LIMITS",
+    "LLM_PASS_ENV", "LLM_SANDBOX_LIMITS", "LLM_DAILY_TOOLS",
 )  # fmt: skip
 
 
@@ -67,8 +68,10 @@ def config_file_settings(config_file: str) -> dict[str, str | None]:
     """The variables config_file sets ({} if there is none); it must be UTF-8 text.
 
     Read, not loaded into os.environ, which run_shell's commands inherit (less the key and every
-    secret-looking name: processes.command_environment).
+    secret-looking name: processes.command_environment). Not read at all, in one line, while it
+    is as a run of the agent left it after changing it: a command may have written it.
     """
+    refuse_settings_changed_by_a_run(config_file)
     try:
         with open(config_file, "rb") as file:
             data = file.read()

@@ -16,6 +16,9 @@ command line needs from it is handed to cli.main().
     processes       run_shell's process group, time-out, signals, and the sandbox
     files           capped reads and atomic writes
     tool_schema     a tool's schema, its function and a call's arguments checked
+    added_tools     the door for tools beside the lesson's TOOLS and TOOL_MAP
+    daily_tools     edit_file, search, list_files, read_file's offset and limit (daily use)
+    search          search's and list_files' walk, .gitignore, in a child killed on time-out
     transcripts     the conversation written as JSON Lines, read back, shown (--show)
     wire            every request and response kept, rebuilt, shown (--show --wire)
     wire_page       --html: the requests and responses as one page for a browser
@@ -30,7 +33,7 @@ command line needs from it is handed to cli.main().
 Imports inside functions, all for start-up time (`agent.py --help` must stay close to a bare
 `import argparse`): the packages openai, pydantic and python-dotenv (half a second, and only a
 request needs them), and from the standard library urllib.request (40 ms of http, email and
-ssl), hashlib (OpenSSL), threading, subprocess, signal, shutil, inspect and difflib, each where
-it is used; ctypes (for inotify) where a recording session starts on Linux; and fcntl or
-msvcrt, which exist on one system each.
+ssl), hashlib (OpenSSL), tempfile (shutil, random), threading, subprocess, signal, shutil,
+inspect and difflib, each where it is used; ctypes (for inotify) where a recording session
+starts on Linux; and fcntl or msvcrt, which exist on one system each.
 """

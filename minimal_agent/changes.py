@@ -9,7 +9,9 @@ memory, past IN_MEMORY bytes in the store's `seen` file), so that a command that
 or deletes it cannot lose it. What differs between two walks is a step's change: it goes into
 the journal, and only the contents it refers to are kept for good, by hash, in `kept`. The walk
 that ends a step runs while the model is asked (the workdir does not change meanwhile), so a
-slow model hides it.
+slow model hides it. The journal marks where each step begins (before its tools run) and where
+a turn's record ends, so a record that stops short (a full disk, the agent killed) is known
+for what it is, and --undo names that turn instead of calling it undone.
 
 Taking back: every path the journal names is checked (relative, no `..`, no empty part) and
 reached one folder at a time from the workdir its turn ran in (one the transcript recorded)
@@ -92,11 +94,10 @@ class Blobs:
         digest = hash_of(data)
         if digest not in self.where:
             if self.file is None:
-                self.file = open(self.folder / KEPT, "ab")
-            self.file.write(f"{digest} {len(data)}\n".encode())
-            self.where[digest] = (self.file.tell(), len(data))
-            self.file.write(data)
-            self.file.flush()
+                self.file = files.open_record(self.folder / KEPT)
+            header = f"{digest} {len(data)}\n".encode()
+            files.append_whole(self.file, header + data)  # none of it, if the disk is full
+            self.where[digest] = (self.file.tell() - len(data), len(data))
         return digest
 
     def get(self, digest: str) -> bytes:
@@ -183,7 +184,10 @@ def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list, held=
         return names
     with entries:
         for item in entries:
-            if held is not None and item.is_file(follow_symlinks=False) and item.path not in skip:
+            regular = item.is_file(follow_symlinks=False) and item.path not in skip
+            if regular and watcher is not None:
+                watcher.add_file(prefix, item.path)  # before the read: nothing after it missed
+            if held is not None and regular:
                 # one open, fstat and read instead of an lstat and those
                 key = held.read_new(prefix + item.name, item.path)
                 if key is not None:
@@ -269,7 +273,12 @@ class Watcher:
     only the folders something happened in (a write, a chmod, a name made, removed or moved):
     in a project of 100,000 files, milliseconds instead of a second. Made only where the
     system has it (start() returns None elsewhere, or when the watches run out); the events
-    the queue could not hold (an overflow) make the next walk a whole one."""
+    the queue could not hold (an overflow) make the next walk a whole one.
+
+    Every regular file is watched too, by its inode: a folder's watch hears only of what is
+    done through a name in that folder, so a write through another hard link of the file (in
+    .git, in another folder, outside the workdir, made before the run or by one of its
+    commands) would go unseen; the file's own watch hears of it, and its folder is rescanned."""
 
     MASK = (  # IN_MODIFY, ATTRIB, CLOSE_WRITE, MOVED_FROM/TO, CREATE, DELETE, DELETE/MOVE_SELF,
         0x2
@@ -284,12 +293,15 @@ class Watcher:
         | 0x01000000
         | 0x02000000  # IN_ONLYDIR, IN_DONT_FOLLOW
     )
+    FILE_MASK = 0x2 | 0x4 | 0x8 | 0x02000000  # IN_MODIFY, ATTRIB, CLOSE_WRITE, DONT_FOLLOW
     OVERFLOW, IGNORED = 0x4000, 0x8000
     NAMES = 0x40 | 0x80 | 0x100 | 0x200  # a name moved, made or removed: the folder's mtime
 
-    def __init__(self, libc, fd: int) -> None:
-        self.libc, self.fd = libc, fd
+    def __init__(self, libc, fd: int, get_errno) -> None:
+        self.libc, self.fd, self.get_errno = libc, fd, get_errno
         self.prefix_of: dict[int, str] = {}  # watch descriptor -> folder prefix
+        self.folder_of_file: dict[int, str] = {}  # a file's watch -> its folder's prefix
+        self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
         self.lost = False  # an overflow, or a watch that could not be added
 
     @classmethod
@@ -303,7 +315,7 @@ class Watcher:
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError):
             return None
-        return cls(libc, fd) if fd >= 0 else None
+        return cls(libc, fd, ctypes.get_errno) if fd >= 0 else None
 
     def add(self, prefix: str, full: str) -> None:
         """Watch a folder before it is read, so that nothing done after the read is missed."""
@@ -312,6 +324,16 @@ class Watcher:
             self.prefix_of[wd] = prefix
         elif os.path.isdir(full):  # out of watches (fs.inotify.max_user_watches)
             self.lost = True
+
+    def add_file(self, prefix: str, full: str) -> None:
+        """Watch a regular file's inode, whatever name it is written through; a change to it
+        makes its folder (prefix) dirty. Out of watches: the walks are whole from then on. A
+        file that went meanwhile, or that cannot be read, needs none (it cannot be kept)."""
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(full), self.FILE_MASK)
+        if wd < 0:
+            self.lost = self.lost or self.get_errno() in (errno.ENOSPC, errno.ENOMEM)
+        elif self.folder_of_file.setdefault(wd, prefix) != prefix:  # linked in two folders
+            self.more_folders.setdefault(wd, set()).add(prefix)
 
     def dirty(self) -> set[str] | None:
         """The prefixes of the folders whose names or entries may have changed since the last
@@ -328,6 +350,13 @@ class Watcher:
                 offset += 16 + size
                 if mask & self.OVERFLOW:
                     self.lost = True
+                if wd in self.folder_of_file:  # a file's own watch: its folders are dirty
+                    found.add(self.folder_of_file[wd])
+                    found |= self.more_folders.get(wd, set())
+                    if mask & self.IGNORED:  # its last name went
+                        del self.folder_of_file[wd]
+                        self.more_folders.pop(wd, None)
+                    continue
                 prefix = self.prefix_of.pop(wd, None) if mask & self.IGNORED else None
                 prefix = self.prefix_of.get(wd) if prefix is None else prefix
                 if prefix is None:
@@ -435,7 +464,8 @@ class Held:
 
     def close(self) -> None:
         if self.file:
-            self.file.close()
+            with contextlib.suppress(OSError):  # what a full disk kept in its buffer: scratch
+                self.file.close()
             (self.folder / SEEN).unlink(missing_ok=True)
             self.file = None
 
@@ -480,6 +510,7 @@ class Recorder:
     def __init__(
         self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None,
         notice=None,
+        on_lost=None,
     ) -> None:  # fmt: skip
         import threading  # here: --help must not import it (minimal_agent/__init__.py)
 
@@ -506,17 +537,40 @@ class Recorder:
         self.news: list[tuple[str, str]] = []  # (path, change) for on_change, told when joined
         self.not_kept: set[str] = set()
         self.said_full = False
+        # A store that cannot be written (a full disk, a quota, an I/O error, a link in its
+        # place) is given up: on_lost(error, turn, step) says so, and nothing more is recorded.
+        self.on_lost = on_lost
+        self.given_up = False
+        self.step = 0  # the step of the turn whose tools run (or ran last)
+        self.made_journal = not (self.folder / JOURNAL).exists()
+        self.recorded_changes = False  # a change of this session is in the journal
 
     def write(self, line: dict) -> None:
         if self.journal is None:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.journal = open(self.folder / JOURNAL, "a", encoding="ascii")
+            self.journal = files.open_record(self.folder / JOURNAL)
             if not self.history.workdir:
                 self.history.workdir = self.root
                 self.write({"event": "store", "workdir": self.root})
         # ASCII escapes: a file name that is not UTF-8 (a lone surrogate) goes in and comes back
-        self.journal.write(json.dumps(line) + "\n")
-        self.journal.flush()
+        files.append_whole(self.journal, (json.dumps(line) + "\n").encode("ascii"))
+
+    def give_up(self, error: OSError) -> None:
+        """The store cannot be written: nothing more is recorded (what is there stays whole:
+        files.append_whole), and on_lost says from which step of which turn; raised where
+        there is no on_lost."""
+        if self.on_lost is None:
+            raise error
+        if not self.given_up:
+            self.given_up = True
+            self.on_lost(error, self.turn, max(self.step, 1))
+
+    def mark(self, line: dict) -> None:
+        """A line of the journal's own (where a step begins, where a turn's record ends)."""
+        try:
+            self.write(line)
+        except OSError as error:
+            self.give_up(error)
 
     def turn_begins(self, task: str) -> str | None:
         """A new turn; returns what the model should be told first (files restored by an undo
@@ -537,24 +591,35 @@ class Recorder:
         nothing changes the workdir until the reply comes, so its walk starts now, in the
         background. At a turn's first request, a walk that may not be needed (the reply may
         call no tool) is started too; it is stopped if so."""
-        if self.ahead is None and (self.open or self.fresh):
+        if self.ahead is None and (self.open or self.fresh) and not self.given_up:
             self.stop.clear()
             self.ahead = self.thread(target=self.advance_safely, daemon=True)
             self.ahead.start()
 
-    def step_begins(self, tools: list[str]) -> None:
-        """The state of the workdir before the calls of these tools run; what the open step
-        changed is recorded. A step that only reads is not walked."""
-        if all(name in CHANGES_NOTHING for name in tools):
+    def step_begins(self, tools: list[str], step: int = 0) -> None:
+        """The state of the workdir before the calls of these tools (of the turn's step) run;
+        what the open step changed is recorded. A step that only reads is not walked. The
+        journal marks the step's beginning first, so that a record that stops short (a full
+        disk, the agent killed) is known for what it is (History.incomplete)."""
+        if all(name in CHANGES_NOTHING for name in tools) or self.given_up:
             return
         self.advance()
-        self.open = True
+        self.step = step
+        if self.turn not in self.history.tasks:
+            self.mark({"event": "turn", "turn": self.turn, "task": self.task,
+                       "workdir": self.root})  # fmt: skip
+            self.history.tasks[self.turn] = self.task
+        self.mark({"event": "step", "turn": self.turn, "step": step})
+        self.open = not self.given_up
 
     def step_ends(self) -> None:
-        """What the open step changed, walked and recorded."""
+        """What the open step changed, walked and recorded; the journal says the turn's record
+        is whole up to here."""
         if self.open:
             self.advance()
             self.open = False
+            if not self.given_up:
+                self.mark({"event": "recorded", "turn": self.turn})
         elif self.ahead is not None:  # a walk that no step needs
             self.stop.set()
             self.join()
@@ -562,6 +627,8 @@ class Recorder:
     def advance(self) -> None:
         """The walk that ends the open step, if any, and begins the next: the one running
         ahead if there is one, else one made now."""
+        if self.ahead is not None and self.ahead.ident is None:
+            self.ahead = None  # made, but a signal came before it was started
         if self.ahead is None:
             self.stop.clear()  # a walk ahead stopped earlier must not stop this one
             self.advance_safely()
@@ -569,7 +636,8 @@ class Recorder:
 
     def join(self) -> None:
         if self.ahead is not None:
-            self.ahead.join()
+            if self.ahead.ident is not None:  # not when a signal came before its start
+                self.ahead.join()
             self.ahead = None
         for note in self.notes if self.notice else ():
             self.notice(note)
@@ -578,7 +646,9 @@ class Recorder:
             self.on_change(path, change)
         self.news.clear()
         failure, self.failure = self.failure, None
-        if failure is not None:
+        if isinstance(failure, OSError):
+            self.give_up(failure)
+        elif failure is not None:
             raise failure
 
     def advance_safely(self) -> None:
@@ -636,11 +706,8 @@ class Recorder:
                 lines.append([path, before, after])
         if not lines:
             return
-        if self.turn not in self.history.tasks:
-            self.write({"event": "turn", "turn": self.turn, "task": self.task,
-                        "workdir": self.root})  # fmt: skip
-            self.history.tasks[self.turn] = self.task
-        self.write({"event": "changes", "turn": self.turn, "changes": lines})
+        self.write({"event": "changes", "turn": self.turn, "changes": lines})  # its turn: marked
+        self.recorded_changes = True
         for path, before, after in lines:
             kind = "deleted" if after is None else "created" if before is None else "changed"
             if self.on_change and (after or before)["type"] != "dir":  # a folder's mode: no news
@@ -673,6 +740,9 @@ class Recorder:
         self.held.close()
         if self.watcher:
             self.watcher.close()
+        if self.made_journal and not self.recorded_changes and not self.given_up:
+            with contextlib.suppress(OSError):  # only marks of steps that changed nothing
+                (self.folder / JOURNAL).unlink()
         with contextlib.suppress(OSError):  # walked, but nothing changed: no folder left
             self.folder.rmdir()
 
@@ -694,6 +764,8 @@ class History:
         self.undone: list[tuple[int, list]] = []  # (turn, [[path, taken away, restored]])
         self.events_untold: list[dict] = []
         self.last_turn = 0
+        self.incomplete: dict[int, int] = {}  # turn -> the step its record stops at
+        self.open_step: tuple[int, int] | None = None  # (turn, step) begun, not yet recorded
 
     @classmethod
     def read(cls, folder: Path) -> History:
@@ -720,13 +792,30 @@ class History:
                 raise BadStore(f"line {number} of its journal lacks the field {error}") from None
             except (TypeError, ValueError, IndexError) as error:
                 raise BadStore(f"line {number} of its journal: {error}") from None
+        history.close_step()  # a step begun and never recorded: the record stops there
         return history
+
+    def close_step(self) -> None:
+        if self.open_step:
+            turn, step = self.open_step
+            self.incomplete.setdefault(turn, step)
+            self.open_step = None
 
     def apply(self, line: dict) -> None:
         event = line["event"] if isinstance(line, dict) else None
         if event == "store":
             self.workdir = checked_workdir(line["workdir"])
+        elif event == "step":  # its tools are about to run; the steps before are recorded
+            turn, step = checked_number(line["turn"]), checked_number(line["step"])
+            if self.open_step and self.open_step[0] != turn:
+                self.close_step()  # the agent stopped before that turn's record ended
+            self.open_step = (turn, step)
+            self.last_turn = max(self.last_turn, turn)
+        elif event == "recorded":
+            checked_number(line["turn"])
+            self.open_step = None
         elif event == "turn":
+            self.close_step()
             turn = checked_number(line["turn"])
             self.tasks[turn] = checked_text(line["task"])
             if "workdir" in line:
@@ -889,6 +978,7 @@ def take_back(
             f"{action}ing would overwrite it: {', '.join(error.paths)}; nothing was restored. "
             f"To {action} anyway: {how_to_force} (what it overwrites is kept: {again} puts it "
             "back)"
+            + "".join(f"; {line}" for line in incomplete_lines(History.read(Path(folder)), 0))
         )
         return False
     except OSError as error:
@@ -896,10 +986,36 @@ def take_back(
         say(f"{action} stopped: {error.strerror or error}{where}; what was restored "
                     "before it stays, and the journal was not changed")  # fmt: skip
         return False
-    say(f"{action.replace('do', 'did')} turn {turn} ({one_line(task, 60)}):")
-    for line in lines:
+    history = History.read(Path(folder))
+    short = incomplete_lines(history, turn) if action == "undo" else []
+    partly = "partly " if action == "undo" and turn in history.incomplete else ""
+    say(f"{partly}{action.replace('do', 'did')} turn {turn} ({one_line(task, 60)}):")
+    for line in lines + short:
         say(f"  {line}")
-    return True
+    return not short
+
+
+def incomplete_lines(history: History, turn: int) -> list[str]:
+    """For --undo of turn (0: none could be): a line for it and for each later turn whose
+    record stops short (a full disk, the agent killed mid-step), whose changes from there on
+    stay as they are."""
+    return [
+        f"not undone: what turn {late} changed from step {step} on: its record is incomplete "
+        "(the disk was full, or the agent was stopped); check those files yourself"
+        for late, step in sorted(history.incomplete.items()) if late >= turn
+    ]  # fmt: skip
+
+
+def has_turn_to(folder: Path, action: str) -> bool:
+    """Whether the store folder holds a turn to undo (action "undo") or to redo; a store that
+    does not check out counts, so that taking it back says why it cannot."""
+    if not folder.is_dir():
+        return False
+    try:
+        history = History.read(folder)
+    except BadStore:
+        return True
+    return bool(history.done if action == "undo" else history.undone)
 
 
 def undo(folder, force: bool = False, workdirs: list[str] = ()) -> tuple[int, str, list[str]]:
@@ -908,7 +1024,11 @@ def undo(folder, force: bool = False, workdirs: list[str] = ()) -> tuple[int, st
     force; NothingToDo if no turn is left; BadStore if the store does not check out."""
     history = History.read(Path(folder))
     if not history.done:
-        raise NothingToDo("no turn of this conversation changed a file that is not undone yet")
+        short = incomplete_lines(history, 0)
+        raise NothingToDo(
+            "no turn of this conversation changed a file that is not undone yet"
+            + "".join(f"; {line}" for line in short)
+        )
     turn = history.done[-1]
     changes = history.changes[turn]
     expected = {path: after for path, (before, after) in changes.items()}
@@ -969,6 +1089,9 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
     journal says what each path held and holds now, so that the opposite can put it back.
     Returns one line per path."""
     folder = Path(folder)
+    # Opened first: a journal that cannot be opened (a link in its place) stops it before
+    # anything changes, not after.
+    journal = files.open_record(folder / JOURNAL)
     blobs = Blobs(folder)
     try:
         for entry in wanted.values():  # every content it needs is there: checked first
@@ -990,13 +1113,13 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
         lost = {p for p, e in wanted.items() if e and e["type"] == "file" and e["hash"] is None}
         now = {path: found[path] if path in lost else wanted[path] for path in wanted}
         put_back(root, now, found, blobs)
+        took = [[path, found[path], now[path]] for path in sorted(wanted)]
+        paths = [path for path in sorted(wanted) if path not in lost]
+        line = {"event": event, "turn": turn, "took": took, "paths": paths}
+        files.append_whole(journal, (json.dumps(line) + "\n").encode("ascii"))
     finally:
         blobs.close()
-    took = [[path, found[path], now[path]] for path in sorted(wanted)]
-    paths = [path for path in sorted(wanted) if path not in lost]
-    with open(folder / JOURNAL, "a", encoding="ascii") as journal:
-        line = {"event": event, "turn": turn, "took": took, "paths": paths}
-        journal.write(json.dumps(line) + "\n")
+        journal.close()
     return describe(took, {path: wanted[path] for path in sorted(lost)})
 
 

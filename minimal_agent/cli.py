@@ -9,13 +9,17 @@ import argparse
 import dataclasses
 import functools
 import os
+import select
+import stat
 import sys
 from pathlib import Path
 
 from minimal_agent import (
+    added_tools,
     changes,
     completions,
     cost,
+    daily_tools,
     display,
     events,
     files,
@@ -41,7 +45,7 @@ DEMO_TASK = (
     "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
     f"{PYTHON}, and tell me the real output."
 )
-EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
+EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4, "refused": 5}
 
 
 def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> int:
@@ -57,6 +61,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     never_fail_on_output()
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
+    processes.exit_on_termination()  # after --help, which loads no signal handling
     # The installed command reads the user's own settings file; the lesson, the one beside it.
     config_file = str(sessions.config_file() if installed else lesson.model_client.CONFIG_FILE)
     # What happens, told to the terminal and to the readers --json and --json-events ask for
@@ -65,7 +70,6 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     stream.subscribe(display.Terminal())
     if args.show or args.html:
         return show_saved(parser, args, lesson.model_client, config_file, stream)
-    processes.exit_on_termination()
     code = 1
     try:
         with events.answers_on_stderr(args.json or args.json_events):
@@ -75,6 +79,10 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
         outcome.error = outcome.error or parser.mistake
         raise
     finally:
+        if argv is None:  # the program
+            processes.ignore_late_signals()
+        else:  # called by a console, a debugger, a test
+            processes.ctrl_c_given_back()
         stream.emit("end", **events.end_record(outcome, code))
     return code
 
@@ -92,8 +100,10 @@ def run_session(
     session = None
     chat = args.chat
     workdir = args.workdir or default_workdir(lesson, installed)
+    settings_before = sessions.settings_state(config_file)
     try:
         config = model_client.load_config(config_file)
+        stream.key = config["api_key"]
         if args.sessions:
             return display.until_the_reader_stops(list_sessions, config)
         agent.check_tools()
@@ -111,7 +121,9 @@ def run_session(
             client = model_client.create_client(config, timeout=args.request_timeout)
             check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
-        settings = parsed(config, args)
+        settings = parsed(config, args, installed)
+        if args.sandbox:
+            make_private_folders(settings, installed)
         private = private_paths(settings, installed)
         if args.sandbox:
             processes.check_sandbox(place.workdir, settings.sandbox_limits, private)
@@ -142,6 +154,9 @@ def run_session(
         failed(stream, missing_package(error))
         return 1
     except Exception as error:
+        if processes.ENDING:  # a signal's exception that the code it hit turned into another
+            stream.notice("interrupted")  # (pydantic's schema building makes it a SchemaError)
+            return stopped(session, args, chat, 128 + processes.ENDING[0])
         if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
             raise
         save = session and session.transcript and session.transcript.path
@@ -156,7 +171,14 @@ def run_session(
     finally:
         if session:
             session.close()
+            say_settings_changed(config_file, settings_before, stream)
     say_where_saved(session, args)
+    if session.lost or session.user.prompt.lost:  # a record given up, said when it happened
+        return 1
+    if result["stop_reason"] == "finished" and session.refused:
+        # Calls that needed an approval nobody could give (each said so where it was
+        # refused): the model may say the work is done, but for a script it is no success.
+        return EXIT_CODES["refused"]
     return EXIT_CODES[result["stop_reason"]]
 
 
@@ -176,19 +198,26 @@ def error_exit_code(error: AgentError) -> int:
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
     config_file = sessions.config_file() if installed else "config.env beside agent.py"
+    tools = "read_file, write_file and run_shell"
+    if installed:
+        tools = "read_file, write_file, run_shell, edit_file, search and list_files (the "
+        tools += "last three unless LLM_DAILY_TOOLS=0)"
     parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
-        description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
-        "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
-        "conversation is saved, so it can be resumed (-c, -r, --sessions).",
+        description=f"A minimal LLM agent: the model calls {tools} in a workdir until the "
+        "task is done. Without a TASK it reads one from piped stdin, or on a terminal runs the "
+        "lesson's demo task (minimal-agent: opens a chat). Every conversation is saved, so it "
+        "can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
-        f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
+        "4 the answer is cut off or empty, 5 finished but calls were refused for want of an "
+        f"approval nobody could give, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
-        "LLM_EFFORT, LLM_PASS_ENV, LLM_SANDBOX_LIMITS; see the README.",
+        "LLM_EFFORT, LLM_PASS_ENV, LLM_SANDBOX_LIMITS, LLM_DAILY_TOOLS (1: add edit_file, "
+        "search, list_files and read_file's offset and limit; on for minimal-agent, off for "
+        "agent.py); see the README.",
     )
     add = parser.add_argument
     add("task", nargs="*", metavar="TASK", help="the task, in words")
@@ -335,7 +364,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "--undo",
         action="store_true",
         help="put the workdir back as it was before the last turn of its latest conversation "
-        "(-r ID: of that one); again: one more turn back",
+        "that changed files (-r ID: of that one); again: one more turn back",
     )
     add("--redo", action="store_true", help="put back what the last --undo took away")
     add(
@@ -464,7 +493,9 @@ class Place:
 
 def resumed_workdir(args: argparse.Namespace, config: dict, workdir: str) -> Place:
     """-c or -r: the conversation's transcript found, and the workdir it goes on in: the one
-    it recorded last, unless --workdir names another; a new conversation: workdir."""
+    it recorded last, unless --workdir names another or the transcript is not among the
+    user's saved ones (a file anyone may have written chooses no folder); a new
+    conversation: workdir."""
     if not (args.continue_last or args.resume):
         return Place(workdir)
     folder = sessions_folder(config)
@@ -480,10 +511,16 @@ def resumed_workdir(args: argparse.Namespace, config: dict, workdir: str) -> Pla
     recorded = sessions.recorded_workdirs(transcript)
     if not recorded:  # an older transcript: the workdir as given
         return Place(workdir, transcript)
-    if args.workdir is None:  # -c and -r go on in their own
-        return Place(recorded[-1], transcript, own=True)
+    if args.workdir is None and sessions.saved_in(transcript, folder):
+        return Place(recorded[-1], transcript, own=True)  # -c and -r go on in their own
     if os.path.normcase(os.path.realpath(workdir)) == os.path.normcase(recorded[-1]):
         return Place(workdir, transcript)
+    if args.workdir is None:
+        return Place(workdir, transcript, note=(
+            f"note: {transcript} is not among your saved conversations (in {folder}), so "
+            f"the workdir it names, {recorded[-1]}, is not used: the tools act in "
+            f"{workdir} (--workdir DIR chooses another)"
+        ))  # fmt: skip
     return Place(workdir, transcript, note=(
         f"note: this conversation's history is about the workdir {recorded[-1]}; its tools "
         f"now act in {workdir} (--workdir)"
@@ -546,15 +583,18 @@ def open_session(
         pass_env=settings.pass_env,
         private=private,
         sandbox_limits=settings.sandbox_limits,
-        user=display.TerminalUser(Prompt(typed, settings.api_key)),  # --no-save: no history
+        user=display.TerminalUser(Prompt(typed, settings.api_key, stream.notice)),
         events=stream,
     )
+    if settings.daily_tools:
+        daily_tools.add_to(workspace, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(place.transcript, stream)
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(folder)
-    window = context_window(settings, not args.replay, agent.TOOLS)  # --replay: no server
+    tools = added_tools.offered(agent.TOOLS, workspace.added_tools)
+    window = context_window(settings, not args.replay, tools)  # --replay: no server
     if compaction:
         try:
             window.restore(compaction, history)
@@ -630,19 +670,14 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
 
 
 def take_back(args: argparse.Namespace, workdir: str, config: dict, stream: events.Events) -> int:
-    """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
-    was done (the line says why)."""
+    """--undo or --redo: in -r's conversation, or the latest of the workdir's with a turn to
+    take back (or put back); exit 1 if nothing was done (the line says why)."""
     folder = sessions_folder(config)
     action = "undo" if args.undo else "redo"
     if args.resume:
         path = sessions.resolve(args.resume, folder)
     else:
-        path = sessions.latest_for(workdir, folder)
-        if path is None:
-            raise AgentError(
-                f"there is no saved conversation of the workdir {workdir} (in {folder}), "
-                f"so nothing to {action}; -r ID names another (--sessions lists them)"
-            )
+        path = latest_to_take_back(workdir, folder, action, stream)
     store = sessions.changes_folder(path, folder)
     name = path.name.removesuffix(sessions.SUFFIX)
     if not store.is_dir():
@@ -655,6 +690,28 @@ def take_back(args: argparse.Namespace, workdir: str, config: dict, stream: even
         how = f"--{action} --force"
         done = changes.take_back(store, action, args.force, how, workdirs, name, stream)
     return 0 if done else 1
+
+
+def latest_to_take_back(workdir: str, folder, action: str, stream: events.Events):
+    """--undo or --redo without -r: the workdir's latest conversation that has a turn to
+    undo (or redo), named when a later one has none (it only read files, say); else its
+    latest conversation, whose store then says why there is nothing to do."""
+    found = list(sessions.conversations_of(workdir, folder))
+    if not found:
+        raise AgentError(
+            f"there is no saved conversation of the workdir {workdir} (in {folder}), so "
+            f"nothing to {action}; -r ID names another (--sessions lists them)"
+        )
+    for path in found:
+        if changes.has_turn_to(sessions.changes_folder(path, folder), action):
+            if path != found[0]:
+                latest, chosen = (p.name.removesuffix(sessions.SUFFIX) for p in (found[0], path))
+                stream.notice(
+                    f"the latest conversation here, {latest}, has no turn to {action}: "
+                    f"{action}ing in {chosen}, the latest that has one (-r ID picks another)"
+                )
+            return path
+    return found[0]
 
 
 def show_saved(
@@ -703,6 +760,38 @@ def private_paths(settings: Settings, installed: bool) -> list[str]:
     return [os.path.realpath(config), os.path.realpath(settings.sessions_folder)]
 
 
+def make_private_folders(settings: Settings, installed: bool) -> None:
+    """The user's own folders (the installed command's config folder, the sessions folder)
+    made, owner-only, before any sandboxed command runs, so that the sandbox covers each
+    exactly: one not there yet could be made by a command (in the home folder, a config.env
+    the next start reads), and covering the nearest folder above it may cover nothing (the
+    workdir itself)."""
+    config_folder = [os.path.dirname(settings.config_file)] if installed else []
+    for folder in [settings.sessions_folder, *config_folder]:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:  # then no command, run as the same user, can make it either
+            pass
+
+
+def say_settings_changed(config_file, before: list[int] | None, stream: events.Events) -> None:
+    """After a run: one line if the settings file changed during it, which the next start
+    then refuses to read until the user saves it again (a command may have written it)."""
+    try:
+        changed = sessions.note_settings_changed(config_file, before)
+    except OSError as error:
+        stream.notice(
+            f"warning: {config_file} was changed while the agent ran, and that could not be "
+            f"recorded ({error.strerror or error}): look at what it sets before the next start"
+        )
+        return
+    if changed:
+        stream.notice(
+            f"note: {config_file} was changed while the agent ran; the next start does not read "
+            "it until you look at it and save it again (or touch it)"
+        )
+
+
 def say_private_inside(workdir: str, private: list[str], stream: events.Events) -> None:
     """One line when the workdir holds the user's own folders (a workdir that is the home
     folder), so the user knows why the tools refuse them."""
@@ -735,14 +824,28 @@ def task_from_stdin(
             parser.error("-c and -r need the next message: give it as words, or add --chat")
         stream.notice(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
-    stream.notice(
-        "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
-        "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
-    )
+    if someone_may_type():
+        stream.notice(
+            "no task given, so it is read from stdin (not a terminal): type or paste it, then "
+            "end it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
+        )
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
     return task
+
+
+def someone_may_type() -> bool:
+    """Whether a person may be typing the task on stdin (not a terminal, as an IDE's console):
+    nothing is there to read yet. A pipe or a file that holds the task needs no typing hint."""
+    try:
+        return not select.select([sys.stdin], [], [], 0.2)[0]
+    except (OSError, ValueError):  # Windows: select takes sockets only
+        pass
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # no file at all (a test's StringIO): nobody types there
+        return False
 
 
 def exit_without_collecting() -> None:

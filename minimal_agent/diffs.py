@@ -1,6 +1,6 @@
-"""What a write_file call changes, told before it is made: one line (`new file, 3 lines` or
-`+2 -1 lines`), and the unified diff (the terminal shows it); with --confirm-writes the user is
-asked first. The model's result is the tool's own either way."""
+"""What a write_file (or edit_file) call changes, told before it is made: one line (`new
+file, 3 lines` or `+2 -1 lines`), and the unified diff (the terminal shows it); with
+--confirm-writes the user is asked first. The model's result is the tool's own either way."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ MAX_SECONDS = 0.5  # and all of it: a change too costly to compare is said rewri
 CONTEXT = 3  # unchanged lines around each change in the diff, as `diff -u` shows
 
 
-def review_write(ws, path: str, file: str, content: str) -> None:
+def review_write(ws, path: str, file: str, content: str | bytes) -> None:
     """Tell ws.events what writing content to file (path, as the model gave it) changes; with
     ws.confirm_writes ask ws.user first: PermissionError if the user says no, or nobody can. A path
     that is a link is named with what it leads to; a file in a .git folder is refused (see
@@ -29,7 +29,8 @@ def review_write(ws, path: str, file: str, content: str) -> None:
     shown = f"{path} (a link to {real})" if linked else path
     files.refuse_git(ws.folder, file, shown)
     old = existing(ws.folder, file)
-    summary, lines = change(old, content.encode("utf-8", "replace"), real.replace(os.sep, "/"))
+    new = content if isinstance(content, bytes) else content.encode("utf-8", "replace")
+    summary, lines = change(old, new, real.replace(os.sep, "/"))
     if ws.confirm_writes:
         if not ws.user.approves_write(shown, summary, lines):
             raise PermissionError(

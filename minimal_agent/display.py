@@ -13,6 +13,7 @@ import itertools
 import os
 import sys
 import time
+from typing import NoReturn
 
 from minimal_agent.cost import money
 from minimal_agent.events import Events
@@ -188,23 +189,25 @@ def colour() -> bool:
 class TerminalUser:
     """The user, asked on the terminal: whether a command runs, whether a write is made, and
     --chat's next message (prompt: where it is typed). An answer of a approves this and every
-    later command (or write) of the session: remembered here."""
+    later command (or write) of the session: remembered here; so is why a call was refused
+    for want of an approval nobody could give (refused, taken by the session)."""
 
     def __init__(self, prompt: Prompt | None = None) -> None:
         self.prompt = prompt or Prompt()
         self.all_commands = self.all_writes = False
+        self.refused: list[str] = []  # why calls were refused: an approval nobody could give
 
     def approves_command(self, command: str, sandboxed: bool) -> bool:
         if self.all_commands:
             return True
-        answer = approved(command, sandboxed)
+        answer = approved(command, sandboxed, self.refused)
         self.all_commands = answer == "all"
         return answer != "no"
 
     def approves_write(self, path: str, summary: str, diff: list[str]) -> bool:
         if self.all_writes:
             return True
-        answer = write_approved(path, summary, diff)
+        answer = write_approved(path, summary, diff, self.refused)
         self.all_writes = answer == "all"
         return answer != "no"
 
@@ -212,17 +215,20 @@ class TerminalUser:
         return self.prompt.next_message()
 
 
-def approved(command: str, sandboxed: bool) -> str:
+def approved(command: str, sandboxed: bool, refused: list[str]) -> str:
     """Ask the user on the terminal: y runs it ("yes"), a runs it and every later command of
     the session ("all"), v shows it whole in a pager and asks again, anything else does not
-    ("no"). Without a terminal, or on one too small to show it, nobody can answer."""
+    ("no"). Without a terminal, or on one too small to show it, nobody can answer (why: kept
+    in refused)."""
     if not sys.stdin.isatty():
-        say("  not run: stdin is not a terminal, so nobody can approve it (start with --yes)")
-        raise PermissionError(
+        nobody_can_approve(
+            refused,
+            "  not run",
+            "stdin is not a terminal, so nobody can approve it (start with --yes)",
             "the command was not run: it needs the user's approval and nobody can give it "
-            "here (the user can restart the agent with --yes)"
+            "here (the user can restart the agent with --yes)",
         )
-    refuse_a_small_screen("the command was not run", "  not run")
+    refuse_a_small_screen(refused, "the command was not run", "  not run")
     where = " in the sandbox" if sandboxed else ""
     question = f"  Run it{where}? [y/N/a] (a: this and every later one this session) "
     while True:
@@ -252,20 +258,28 @@ def answered(question: str) -> str:
 MIN_ROWS, MIN_COLUMNS = 24, 60  # the smallest terminal a prompt is fitted to
 
 
-def refuse_a_small_screen(what_happened: str, said: str) -> None:
+def refuse_a_small_screen(refused: list[str], what_happened: str, said: str) -> None:
     """One line and a PermissionError for the model when the terminal is smaller than
     MIN_COLUMNS x MIN_ROWS: there a prompt could not show what it asks about."""
     rows, columns = screen_size()
     if rows >= MIN_ROWS and columns >= MIN_COLUMNS:
         return
-    say(
-        f"{said}: the terminal is {columns}x{rows}, too small to show what it asks about "
-        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})"
-    )
-    raise PermissionError(
+    nobody_can_approve(
+        refused,
+        said,
+        f"the terminal is {columns}x{rows}, too small to show what it asks about "
+        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})",
         f"{what_happened}: the user's terminal is too small to show it for approval "
-        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)"
+        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)",
     )
+
+
+def nobody_can_approve(refused: list[str], said: str, why: str, told: str) -> NoReturn:
+    """Refuse a call that needs an approval nobody can give: said and why on stderr, why kept
+    in refused (the run's result names the call and why: --json), told to the model."""
+    say(f"{said}: {why}")
+    refused.append(why)
+    raise PermissionError(told)
 
 
 def command_lines(command: str, rows: int, columns: int) -> list[str]:
@@ -578,19 +592,18 @@ def diff_paint(line: str) -> str:
     return {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}.get(line[:1], "")
 
 
-def write_approved(path: str, summary: str, diff: list[str]) -> str:
+def write_approved(path: str, summary: str, diff: list[str], refused: list[str]) -> str:
     """--confirm-writes: the change and a [y/N/a] prompt, answered as for a command ("all":
     this and every later write of the session). Without a terminal nobody can answer."""
     if not sys.stdin.isatty():
-        say(
-            "  not written: stdin is not a terminal, so nobody can approve it (start without "
-            "--confirm-writes)"
-        )
-        raise PermissionError(
+        nobody_can_approve(
+            refused,
+            "  not written",
+            "stdin is not a terminal, so nobody can approve it (start without --confirm-writes)",
             "the file was not written: the user asked to approve each write and nobody can "
-            "approve it here (the user can restart the agent without --confirm-writes)"
+            "approve it here (the user can restart the agent without --confirm-writes)",
         )
-    refuse_a_small_screen("the file was not written", "  not written")
+    refuse_a_small_screen(refused, "the file was not written", "  not written")
     question = "  Write it? [y/N/a] (a: this and every later write this session) "
     while True:
         rows, columns = screen_size()

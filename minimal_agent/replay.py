@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+from minimal_agent import daily_tools
 from minimal_agent.context_window import ELIDED, SUMMARY_HEADING
 from minimal_agent.errors import AgentError
 from minimal_agent.scripted import ScriptedClient, completion
@@ -73,6 +74,8 @@ class ReplayClient(ScriptedClient):
             raise AgentError(
                 f"the transcript has no more replies after its {self.served} assistant messages"
             )
+        if not self.served:
+            self.check_tools(request["tools"])
         self.check_path(request.get("messages") or [])
         try:
             return super().create(**request)
@@ -83,6 +86,28 @@ class ReplayClient(ScriptedClient):
                 f"{self.path} line {self.line_numbers[self.served - 1]} cannot be replayed: "
                 f"{field}: {problem['msg']}"
             ) from None
+
+    def check_tools(self, offered: list[dict]) -> None:
+        """Say which tools the transcript calls that this run does not offer (the daily tools
+        of a run of minimal-agent, replayed by python agent.py), before the first reply."""
+        names = {tool["function"]["name"] for tool in offered}
+        called = [
+            call["function"]["name"]
+            for message in self.replies
+            for call in message.get("tool_calls") or []
+            if isinstance(call, dict)
+            and isinstance(call.get("function"), dict)
+            and isinstance(call["function"].get("name"), str)  # a hand-edited line: no name
+        ]
+        missing = [name for name in dict.fromkeys(called) if name not in names]
+        if not missing:
+            return
+        daily = set(missing) & set(daily_tools.FUNCTIONS)
+        hint = f" ({', '.join(sorted(daily))}: set LLM_DAILY_TOOLS=1)" if daily else ""
+        self.notify(
+            f"note: the transcript calls {', '.join(missing)}, which this run does not offer"
+            f"{hint}, so the replay will leave the recorded path there"
+        )
 
     def check_path(self, messages: list[dict]) -> None:
         """Say once when the tool results sent are not the ones recorded after the last reply."""

@@ -53,7 +53,7 @@ def checked_arguments(name: str, received: object) -> tuple[str, str | None]:
         return "{}", None
     try:
         parsed = json.loads(received)
-    except (json.JSONDecodeError, TypeError) as error:
+    except (ValueError, TypeError, RecursionError) as error:  # too deep, a 5,000-digit number
         problem = f"the arguments are not valid JSON ({error})"
     else:
         if isinstance(parsed, dict):

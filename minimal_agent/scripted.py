@@ -61,6 +61,7 @@ class ScriptedUser:
         self.answers, self.messages = list(answers), list(messages)
         self.asked: list[tuple[str, str]] = []
         self.approved_all: set[str] = set()  # the kinds answered with a
+        self.refused: list[str] = []  # a scripted user is always there to answer
 
     def approves_command(self, command: str, sandboxed: bool) -> bool:
         return self.approves("command", command)

@@ -8,7 +8,17 @@ import json
 import os
 import re
 
-from minimal_agent import changes, completions, cost, diffs, files, sessions, wire
+from minimal_agent import (
+    added_tools,
+    changes,
+    completions,
+    cost,
+    diffs,
+    files,
+    processes,
+    sessions,
+    wire,
+)
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.events import Exchanges
@@ -72,7 +82,10 @@ class Session:
         self.user = workspace.user  # who types --chat's messages
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
-        self.transcript = Transcript.open(save) if save else None
+        self.lost: list[str] = []  # the records given up (a full disk): each one's line
+        self.transcript = (
+            Transcript.open(save, workspace.key, self.transcript_lost) if save else None
+        )
         self.messages = Conversation(history or [], self.transcript, self.appended)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
@@ -83,7 +96,7 @@ class Session:
             # Every request as sent and every response as received (--show --wire), a reader
             # of the session's events, kept beside the store.
             self.wire = wire.Recorder(
-                sessions.wire_file(save, folder), workspace.key, self.events.notice
+                sessions.wire_file(save, folder), workspace.key, self.wire_lost, self.events.notice
             )
             self.events.subscribe(self.wire)
             records = own_records(workspace.folder, sessions_folder, save, store)
@@ -95,8 +108,9 @@ class Session:
                     workspace.folder,
                     store,
                     workspace.private,
-                    self.file_changed,
-                    self.events.notice,
+                    on_change=self.file_changed,
+                    notice=self.events.notice,
+                    on_lost=self.undo_lost,
                 )
             except changes.BadStore as error:
                 name = os.path.basename(save).removesuffix(sessions.SUFFIX)
@@ -118,8 +132,34 @@ class Session:
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
+        self.turns_begun = 0  # and those cut short, by the budget or a signal too
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
+        self.refused: list[dict] = []  # the calls refused for want of approval: id, name, why
+
+    def record_lost(self, what: str, error: OSError, step: int, then: str) -> None:
+        """A record of the session could not be written (the disk full: ENOSPC, a quota:
+        EDQUOT, an I/O error: EIO; or a link in its place): it is given up, said in one line
+        (what is no longer kept from which step), and the run ends as an error (cli)."""
+        line = f"{what} is not kept from step {step} on ({files.why(error)}): {then}"
+        self.lost.append(line)
+        self.events.notice(f"error: {line}")
+        self.events.emit("error", error=line)
+
+    def transcript_lost(self, error: OSError) -> None:
+        step = self.turn["steps"] if self.in_turn and self.turn["steps"] else 1
+        self.record_lost("the transcript", error, step, "-c and -r go on from before that step")
+
+    def wire_lost(self, error: OSError) -> None:
+        step = self.exchanges.step or 1
+        what = "the record of requests and responses"
+        self.record_lost(what, error, step, "--show --wire and --html end before it")
+
+    def undo_lost(self, error: OSError, turn: int, step: int) -> None:
+        self.record_lost(
+            f"undo's record of turn {turn}", error, step,
+            "--undo cannot take back what that step and later ones changed, and will say so",
+        )  # fmt: skip
 
     def note_workdir(self, save: str | os.PathLike) -> None:
         """A resumed conversation going on in a workdir other than its last: said in its
@@ -127,6 +167,11 @@ class Session:
         recorded = sessions.recorded_workdirs(save)
         if not recorded or recorded[-1] != self.workspace.folder:
             self.messages.save({"event": "workdir", "workdir": self.workspace.folder})
+
+    def tools(self, lesson_tools: list[dict]) -> list[dict]:
+        """The tools' schemas each request sends: the lesson's, and those the session added to
+        the workspace (minimal_agent/added_tools.py), an added one in a lesson tool's place."""
+        return added_tools.offered(lesson_tools, self.workspace.added_tools)
 
     @property
     def limits(self) -> dict:
@@ -157,6 +202,7 @@ class Session:
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         self.in_turn = True
+        self.turns_begun += 1
         self.events.emit("turn", turn=self.turn_number(), task=task)
         return messages
 
@@ -165,7 +211,23 @@ class Session:
         return self.turns + self.cancelled + self.failed + 1
 
     def appended(self, message: dict) -> None:
-        self.events.emit("message", message=message)
+        """Each message added to the conversation, told to the events' readers; a tool
+        message with the reason its call was refused for want of approval, if it was."""
+        refused = None
+        if message.get("role") == "tool" and self.user.refused:
+            refused = "; ".join(self.user.refused)
+            self.user.refused.clear()
+            call_id = message.get("tool_call_id")
+            self.refused.append({"id": call_id, "name": self.tool_name(call_id), "why": refused})
+        self.events.emit("message", message=message, refused=refused)
+
+    def tool_name(self, call_id: str) -> str | None:
+        """The name of the tool the conversation's last call with this id called."""
+        for message in reversed(self.messages):
+            for call in message.get("tool_calls") or []:
+                if call.get("id") == call_id:
+                    return call.get("function", {}).get("name")
+        return None
 
     def file_changed(self, path: str, change: str) -> None:
         self.events.emit("file_change", path=path, change=change)
@@ -223,7 +285,7 @@ class Session:
         self.note_reply(resp, sent, getattr(client, "api_key", None))
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
-            self.changes.step_begins([call.function.name for call in calls])
+            self.changes.step_begins([call.function.name for call in calls], step)
         return resp
 
     def streamed_piece(self, step: int):
@@ -504,6 +566,7 @@ class Session:
         self.events.notice(
             "interrupted: the turn was cancelled; type the next message, or Enter to end"
         )
+        processes.interrupt_handled()  # the session goes on: the next Ctrl-C acts again
 
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""

@@ -35,6 +35,7 @@ class Settings:
     thinking: str | None  # "on", "off"; None: the server's own
     effort: str | None  # one of completions.EFFORTS; None: the server's own
     confirm_writes: bool
+    daily_tools: bool  # edit_file, search, list_files and read_file's offset and limit added
     pass_env: frozenset[str]
     sandbox_limits: dict
     context_tokens: int | None
@@ -48,9 +49,10 @@ def sessions_folder(config: dict) -> Path:
     return sessions.sessions_dir({**os.environ, **({"LLM_SESSIONS_DIR": chosen} if chosen else {})})
 
 
-def parsed(config: dict, args: argparse.Namespace) -> Settings:
+def parsed(config: dict, args: argparse.Namespace, installed: bool = False) -> Settings:
     """The settings of config (model_client.load_config()'s) under the options in args, each
-    checked: AgentError, one line naming the setting, for the first that cannot be used."""
+    checked: AgentError, one line naming the setting, for the first that cannot be used.
+    installed: the `minimal-agent` command's, whose defaults differ (LLM_DAILY_TOOLS)."""
     model = args.model or config["model"]
     try:
         prices = cost.prices_for(model, config)
@@ -77,6 +79,10 @@ def parsed(config: dict, args: argparse.Namespace) -> Settings:
         thinking=args.thinking or choice_setting(config, "LLM_THINKING", ("on", "off")),
         effort=args.effort or choice_setting(config, "LLM_EFFORT", completions.EFFORTS),
         confirm_writes=args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES"),
+        # LLM_DAILY_TOOLS if set, else on for the installed command only
+        daily_tools=yes_setting(config, "LLM_DAILY_TOOLS")
+        if config.get("LLM_DAILY_TOOLS")
+        else installed,
         pass_env=processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"]),
         sandbox_limits=processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"]),
         context_tokens=context_tokens,

@@ -11,7 +11,7 @@ def short_arguments(arguments: str) -> str:
     """A call's arguments as key=value pairs, each shortened; anything else shortened as it is."""
     try:
         args = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, too deep, a 5,000-digit number
         return one_line(arguments, 80)
     if not isinstance(args, dict):
         return one_line(arguments, 80)

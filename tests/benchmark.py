@@ -45,6 +45,10 @@
     and 97th line changed; all lines shifted by one; 440 lines of two kinds in the middle, just
     under the comparison's bounds): the slowest shape's median (target under 1 s; difflib
     alone took minutes).
+(n) a one-line change in a file of 100, 2,000 and 20,000 lines: the characters the model sends
+    (the call's arguments) with edit_file against write_file, and the agent's own time to apply
+    the edit (execute_tool_call: read, match, review, write; target at most 50 ms for 20,000
+    lines), beside the undo recording's walk of that step (in-process).
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -72,7 +76,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghijklm"
+FIGURES = "abcdefghijklmn"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -489,6 +493,57 @@ def write_review(rounds: int) -> dict[str, float]:
     return medians
 
 
+def edit_cost(rounds: int) -> dict[int, dict]:
+    """(n): for each file size in lines, the characters of the edit_file and write_file calls'
+    arguments for a one-line change, and the median seconds of applying the edit and of
+    recording its step for --undo."""
+    import contextlib
+    import io
+
+    sys.path.insert(0, str(ROOT))
+    import agent
+    from minimal_agent import changes, daily_tools
+
+    figures = {}
+    for lines in (100, 2_000, 20_000):
+        text = "".join(
+            f"    value_{n} = compute({n}, 'the words of line {n}')\n" for n in range(lines)
+        )
+        old = f"    value_{lines // 2} = compute({lines // 2}, 'the words"
+        new = old.replace("the words", "other words")
+        edit = json.dumps({"path": "f.py", "old_string": old, "new_string": new})
+        write = json.dumps({"path": "f.py", "content": text.replace(old, new)})
+        applying, recording = [], []
+        for _ in range(rounds):
+            with (
+                tempfile.TemporaryDirectory() as work,
+                tempfile.TemporaryDirectory() as store,
+                contextlib.redirect_stderr(io.StringIO()),  # the change line of each round
+            ):
+                Path(work, "f.py").write_text(text)
+                ws = agent.Workspace(work)
+                daily_tools.add_to(ws, agent.TOOL_MAP)
+                recorder = changes.Recorder(ws.folder, Path(store) / "s.changes")
+                recorder.turn_begins("edit")
+                recorder.step_begins(["edit_file"])
+                call = {"function": {"name": "edit_file", "arguments": edit}}
+                started = time.perf_counter()
+                result = agent.execute_tool_call(call, ws)
+                applying.append(time.perf_counter() - started)
+                assert result.startswith("Edited f.py"), result
+                started = time.perf_counter()
+                recorder.step_ends()
+                recording.append(time.perf_counter() - started)
+                recorder.close()
+        figures[lines] = {
+            "edit": len(edit),
+            "write": len(write),
+            "apply": statistics.median(applying),
+            "record": statistics.median(recording),
+        }
+    return figures
+
+
 def children_cpu() -> float:
     """CPU seconds (user and system) of this process's children that have ended so far."""
     import resource
@@ -607,6 +662,16 @@ def main() -> int:
         shown = ", ".join(f"{name} {seconds * 1000:.0f} ms" for name, seconds in medians.items())
         print(f"(m) reviewing a 100,000-line write: {shown}; slowest {slowest} "
               f"{medians[slowest] * 1000:.0f} ms (target < 1 s)")  # fmt: skip
+    if "n" in figures:
+        n = edit_cost(rounds)
+        ok &= n[20_000]["apply"] <= 0.050
+        shown = "; ".join(
+            f"{lines:,} lines: {f['edit']:,} vs {f['write']:,} characters sent, applied in "
+            f"{f['apply'] * 1000:.1f} ms (undo's walk {f['record'] * 1000:.1f} ms)"
+            for lines, f in n.items()
+        )
+        print(f"(n) a one-line change, edit_file vs write_file: {shown} (target: applied in "
+              "<= 50 ms for 20,000 lines)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 

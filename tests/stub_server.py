@@ -731,6 +731,33 @@ def thinking_in(chunk: dict) -> bool:
     return any(c["delta"].get(f) for c in chunk["choices"] for f in REASONING_FIELDS)
 
 
+EDIT_DEMO_TASK = (
+    "Create greet.py, a program that prints a greeting; then change its greeting to Good "
+    "morning with edit_file, and check the change."
+)
+
+
+def edit_demo_script() -> list:
+    """A run with the daily tools (LLM_DAILY_TOOLS=1): write a file, find a line with search,
+    change it with edit_file (a line sent, not the file), read the lines back by number."""
+    program = (
+        'def greeting(name: str) -> str:\n    return f"Hello, {name}!"\n\n\n'
+        'if __name__ == "__main__":\n    print(greeting("world"))\n'
+    )
+    write = tool_call("write_file", {"path": "greet.py", "content": program}, "call_1")
+    find = tool_call("search", {"pattern": "Hello", "glob": "*.py"}, "call_2")
+    change = {"path": "greet.py", "old_string": "Hello", "new_string": "Good morning"}
+    edit = tool_call("edit_file", change, "call_3")
+    check = tool_call("read_file", {"path": "greet.py", "offset": 1, "limit": 2}, "call_4")
+    return [
+        reply(None, write, reasoning=""),
+        reply(None, find, reasoning="Find the line that holds the greeting."),
+        reply(None, edit, reasoning="Line 2: change only that."),
+        reply(None, check, reasoning="Check the function as it now reads."),
+        reply('greet.py now greets with "Good morning, world!" (line 2).', reasoning=""),
+    ]
+
+
 def demo_script() -> list:
     """The lesson's demo task as a scripted model: write, read, run, then report what ran."""
 
@@ -745,7 +772,7 @@ def demo_script() -> list:
     read = tool_call("read_file", {"path": "tool_demo.py"}, "call_2")
     run = tool_call("run_shell", {"command": "python3 tool_demo.py"}, "call_3")
     return [
-        reply(None, write, reasoning=""),
+        reply(None, write, reasoning="Write the file first, then read it back and run it."),
         reply(None, read, reasoning="Check what was written."),
         reply(None, run, reasoning="Now run it."),
         report,

@@ -258,7 +258,8 @@ def test_no_tool_reaches_a_sessions_folder_inside_the_workdir(workdir):
     assert all("agent's own records" in result for result in results[1:]), results
     assert not (inside / "forged.jsonl").exists()
     [journal] = inside.rglob("journal.jsonl")
-    changed = [json.loads(line) for line in journal.read_text().splitlines()][-1]["changes"]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    [changed] = [line["changes"] for line in lines if line["event"] == "changes"]
     assert [path for path, *_ in changed] == ["a.txt"]  # its own records are not recorded
 
 
@@ -304,6 +305,66 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_undone(workdir, sessions_di
     proc = take_back(workdir, sessions_dir, "--undo")
     assert proc.returncode == 0, proc.stderr
     assert (workdir / "setup.py").read_text() == "version = 1\n"
+
+
+def through_another_link(workdir: Path, elsewhere: str) -> list[dict]:
+    """Issue 35's attack: a step links src/conftest.py from elsewhere; the next writes the
+    payload through that link and removes it. Each step's command is a step of its own."""
+    (workdir / "src").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    if elsewhere.startswith(".git/"):
+        (workdir / ".git").mkdir()
+    return [
+        shell(f"ln src/conftest.py {elsewhere}", "c1"),
+        shell(f"printf 'import os  # payload\\n' > {elsewhere}; rm {elsewhere}", "c2"),
+    ]
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+@pytest.mark.parametrize("where", ["in .git", "in another folder", "outside the workdir"])
+def test_a_change_through_another_hard_link_is_reported_and_undone(
+    workdir, sessions_dir, tmp_path, where
+):
+    elsewhere = {
+        "in .git": ".git/o",
+        "in another folder": "docs_o",  # made inside the workdir, then gone
+        "outside the workdir": str(tmp_path / "o"),
+    }[where]
+    steps = through_another_link(workdir, elsewhere)
+    with StubServer([*steps, done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json-events", "go")
+    assert proc.returncode == 0, proc.stderr
+    assert (workdir / "src" / "conftest.py").read_text() == "import os  # payload\n"
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    changed = [line["path"] for line in lines if line["type"] == "file_change"]
+    assert "src/conftest.py" in changed
+    assert "src/conftest.py" in lines[-1]["files"]["changed"]
+    undone = take_back(workdir, sessions_dir, "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert (workdir / "src" / "conftest.py").read_text() == "safe = True\n"
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+def test_diff_in_a_chat_shows_a_change_through_a_hard_link_in_git(workdir, sessions_dir):
+    steps = through_another_link(workdir, ".git/o")
+    with StubServer([*steps, done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--chat", stdin="go\n/diff\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "-safe = True" in proc.stderr and "+import os  # payload" in proc.stderr
+
+
+@pytest.mark.posix("hard links")
+def test_a_file_linked_before_the_run_is_watched_through_its_other_name(
+    workdir, sessions_dir, tmp_path
+):
+    (workdir / "a.txt").write_text("mine\n")
+    os.link(workdir / "a.txt", tmp_path / "other")  # a link the run starts with
+    command = f"printf 'theirs\\n' > {tmp_path / 'other'}"
+    with StubServer([shell("true", "c1"), shell(command, "c2"), done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json", "go")
+    assert json.loads(proc.stdout)["files"]["changed"] == ["a.txt"]
+    assert take_back(workdir, sessions_dir, "--undo").returncode == 0
+    assert (workdir / "a.txt").read_text() == "mine\n"
 
 
 @pytest.mark.posix("file names that are bytes")
@@ -547,3 +608,31 @@ def test_a_sandboxed_command_cannot_write_any_conversations_store_or_transcript(
         assert not (sessions_dir / "new.jsonl").exists()
         for path, data in before.items():
             assert b"forged" not in path.read_bytes() and path.read_bytes().startswith(data)
+
+
+def test_a_signal_between_a_walks_making_and_its_start_loses_no_change(tmp_path):
+    """Ctrl-C can land after the walk ahead's thread is made and before it is started: the
+    close must neither crash ("cannot join thread before it is started") nor skip the walk."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "a.txt").write_text("before\n")
+    seen = []
+    recorder = changes.Recorder(
+        str(workdir), tmp_path / "store", on_change=lambda path, change: seen.append(path)
+    )
+
+    class InterruptedAtStart(threading.Thread):
+        def start(self):
+            raise KeyboardInterrupt
+
+    try:
+        recorder.turn_begins("go")
+        recorder.walk_ahead()
+        recorder.step_begins(["run_shell"])
+        (workdir / "a.txt").write_text("after\n")
+        recorder.thread = InterruptedAtStart
+        with pytest.raises(KeyboardInterrupt):
+            recorder.walk_ahead()
+    finally:
+        recorder.close()
+    assert seen == ["a.txt"]
