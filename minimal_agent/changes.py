@@ -199,6 +199,8 @@ def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list, held=
                 info = item.stat(follow_symlinks=False)
             except OSError:
                 continue
+            if item.name in SKIPPED_FOLDERS and stat.S_ISDIR(info.st_mode) and watcher is not None:
+                watcher.watch_names_in(item.path, look=held is None)  # new if not the first walk
             if item.path in skip or item.name in SKIPPED_FOLDERS and stat.S_ISDIR(info.st_mode):
                 continue
             names[item.name] = key_of(info)
@@ -213,12 +215,13 @@ def rescan(root: str, old: dict, dirty: set[str], skip: set[str], watcher: Watch
     """A walk made from the last one: only the dirty folders scanned again, and the folders
     that appeared in them (or were replaced) scanned whole; the ones that went, dropped."""
     found = dict(old)
-    while dirty:
+    while True:
         scanned = rescan_folders(root, found, dirty, skip, watcher)
         # a file newly seen with another name: its folders that were not scanned are looked
         # at too, since a write through that name told them nothing
         dirty = watcher.folders_of_linked(found) - scanned
-    return found
+        if not dirty:
+            return found
 
 
 def rescan_folders(root: str, found: dict, dirty: set[str], skip: set[str], watcher) -> set:
@@ -301,7 +304,9 @@ class Watcher:
     (file_budget); a file with another name (a link count above 1 at a walk) is watched
     whatever the count. Making a link tells the folder of the file's first name nothing (only
     the file's own watch hears of it), so past the share a file linked from .git or from
-    outside the workdir during the run, and written through that name, goes unseen."""
+    outside the workdir during the run, and written through that name, goes unseen. The
+    folders of .git are watched for the names made in them (and only that), so a link made
+    there that is still there when the walk comes is seen."""
 
     MASK = (  # IN_MODIFY, ATTRIB, CLOSE_WRITE, MOVED_FROM/TO, CREATE, DELETE, DELETE/MOVE_SELF,
         0x2
@@ -320,6 +325,8 @@ class Watcher:
     OVERFLOW, IGNORED = 0x4000, 0x8000
     NAMES = 0x40 | 0x80 | 0x100 | 0x200  # a name moved, made or removed: the folder's mtime
     SHARE = 16  # files of one name are watched up to 1/SHARE of the system's watches
+    NAMES_MADE = 0x100 | 0x80 | 0x01000000 | 0x02000000  # IN_CREATE, MOVED_TO, ONLYDIR, DONT_FOLLOW
+    IS_FOLDER = 0x40000000
 
     def __init__(self, libc, fd: int, get_errno, file_budget: int) -> None:
         self.libc, self.fd, self.get_errno = libc, fd, get_errno
@@ -329,6 +336,7 @@ class Watcher:
         self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
         self.linked_now: set[int] = set()  # inodes watched for their link count since a walk
         self.pending: set[str] = set()  # folders to look at again at the next walk
+        self.names_in: dict[int, str] = {}  # a watch of a folder in .git -> its full path
         self.lost = False  # an overflow, or a watch that could not be added
 
     @classmethod
@@ -386,6 +394,26 @@ class Watcher:
             self.more_folders.setdefault(wd, set()).add(prefix)
         return 2
 
+    def watch_names_in(self, git: str, look: bool = True) -> None:
+        """Watch the names made in a folder of .git and in every folder under it; look at the
+        files already there if it is new since the first walk (a file with another name is
+        what a link made there leaves; at the first walk, its workdir name showed that)."""
+        if git in self.names_in.values():
+            return
+        for folder, _, names in os.walk(git):
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.NAMES_MADE)
+            if wd >= 0:
+                self.names_in[wd] = folder
+            for name in names if look else ():
+                self.look_at(os.path.join(folder, name))
+
+    def look_at(self, full: str) -> None:
+        """A name made in .git: a file with another name is watched for at the next rescan."""
+        with contextlib.suppress(OSError):
+            info = os.lstat(full)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                self.linked_now.add(info.st_ino)
+
     def folders_of_linked(self, found: dict) -> set[str]:
         """The folders of a walk holding a name of a file watched for its link count since the
         last call."""
@@ -410,6 +438,14 @@ class Watcher:
                 offset += 16 + size
                 if mask & self.OVERFLOW:
                     self.lost = True
+                if wd in self.names_in:  # a name made in .git: a link?
+                    folder = self.names_in.pop(wd) if mask & self.IGNORED else self.names_in[wd]
+                    name = os.fsdecode(data[offset - size : offset].rstrip(b"\0"))
+                    if mask & self.IS_FOLDER:
+                        self.watch_names_in(os.path.join(folder, name))
+                    elif name:
+                        self.look_at(os.path.join(folder, name))
+                    continue
                 if wd in self.folder_of_file:  # a file's own watch: its folders are dirty
                     found.add(self.folder_of_file[wd])
                     found |= self.more_folders.get(wd, set())

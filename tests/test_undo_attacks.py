@@ -428,8 +428,9 @@ def test_files_of_one_name_take_no_watches_past_the_share(workdir, tmp_path, mon
 
 @pytest.mark.linux("inotify")
 @pytest.mark.parametrize("steps", ["one", "two"])
+@pytest.mark.parametrize("other", ["docs/o", ".git/o", ".git/new/o"])
 def test_past_the_share_a_link_made_in_another_folder_is_seen(
-    workdir, tmp_path, monkeypatch, steps
+    workdir, tmp_path, monkeypatch, steps, other
 ):
     """A file of one name is not watched by its inode past the share; a command links it into
     another folder and writes through that name: the folder of its first name hears nothing,
@@ -437,6 +438,7 @@ def test_past_the_share_a_link_made_in_another_folder_is_seen(
     watching_at_most(monkeypatch, 0)
     (workdir / "src").mkdir()
     (workdir / "docs").mkdir()
+    (workdir / ".git").mkdir()
     (workdir / "src" / "conftest.py").write_text("safe = True\n")
     told = []
     recorder = changes.Recorder(
@@ -445,10 +447,11 @@ def test_past_the_share_a_link_made_in_another_folder_is_seen(
     recorder.turn_begins("link and write")
     try:
         recorder.step_begins(["run_shell"], 1)
-        os.link(workdir / "src" / "conftest.py", workdir / "docs" / "o")
+        (workdir / other).parent.mkdir(exist_ok=True)
+        os.link(workdir / "src" / "conftest.py", workdir / other)
         if steps == "two":
             recorder.step_begins(["run_shell"], 2)
-        (workdir / "docs" / "o").write_text("import os  # payload\n")
+        (workdir / other).write_text("import os  # payload\n")
         recorder.step_ends()
         assert ("src/conftest.py", "changed") in told
         assert recorder.state == changes.walk(recorder.root, recorder.skip)
