@@ -328,9 +328,9 @@ class Watcher:
     NAMES_MADE = 0x100 | 0x80 | 0x01000000 | 0x02000000  # IN_CREATE, MOVED_TO, ONLYDIR, DONT_FOLLOW
     IS_FOLDER = 0x40000000
 
-    def __init__(self, libc, fd: int, get_errno, file_budget: int) -> None:
+    def __init__(self, libc, fd: int, get_errno, share: int) -> None:
         self.libc, self.fd, self.get_errno = libc, fd, get_errno
-        self.file_budget = file_budget
+        self.file_budget = self.git_budget = share  # files of one name; folders of .git
         self.prefix_of: dict[int, str] = {}  # watch descriptor -> folder prefix
         self.folder_of_file: dict[int, str] = {}  # a file's watch -> its folder's prefix
         self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
@@ -401,6 +401,8 @@ class Watcher:
         if git in self.names_in.values():
             return
         for folder, _, names in os.walk(git):
+            if len(self.names_in) >= self.git_budget:  # a .git of a million folders
+                return
             wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.NAMES_MADE)
             if wd >= 0:
                 self.names_in[wd] = folder

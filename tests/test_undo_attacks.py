@@ -391,13 +391,15 @@ def watches_held(watcher: changes.Watcher) -> int:
         return sum(line.startswith("inotify wd:") for line in info)
 
 
-def watching_at_most(monkeypatch, files: int) -> None:
-    """Watchers that watch at most this many files of one name by their inode."""
+def watching_at_most(monkeypatch, files: int, git_folders: int | None = None) -> None:
+    """Watchers that watch at most this many files of one name by their inode (and folders
+    of .git, if given)."""
     start = changes.Watcher.start.__func__
 
     def with_budget(cls):
         watcher = start(cls)
         watcher.file_budget = files
+        watcher.git_budget = watcher.git_budget if git_folders is None else git_folders
         return watcher
 
     monkeypatch.setattr(changes.Watcher, "start", classmethod(with_budget))
@@ -406,7 +408,9 @@ def watching_at_most(monkeypatch, files: int) -> None:
 @pytest.mark.linux("inotify")
 @pytest.mark.parametrize("budget", [0, 10])
 def test_files_of_one_name_take_no_watches_past_the_share(workdir, tmp_path, monkeypatch, budget):
-    watching_at_most(monkeypatch, budget)
+    watching_at_most(monkeypatch, budget, git_folders=5)
+    for number in range(20):
+        (workdir / ".git" / f"g{number}").mkdir(parents=True)
     for number in range(300):
         folder = workdir / f"d{number % 3}"
         folder.mkdir(exist_ok=True)
@@ -416,12 +420,12 @@ def test_files_of_one_name_take_no_watches_past_the_share(workdir, tmp_path, mon
     recorder = changes.Recorder(str(workdir), tmp_path / "store")
     try:
         recorder.walk_and_record()
-        files = watches_held(recorder.watcher) - 4  # the folders'
+        files = watches_held(recorder.watcher) - 4 - 5  # the folders', .git's share
         assert files == budget + 1 or budget and files == budget  # linked.txt in the share?
         (workdir / "d0" / "f0.txt").write_text("changed\n")
         recorder.walk_and_record()
         assert recorder.state == changes.walk(recorder.root, recorder.skip)
-        assert watches_held(recorder.watcher) == 4 + files
+        assert watches_held(recorder.watcher) == 4 + 5 + files
     finally:
         recorder.close()
 
