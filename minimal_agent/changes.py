@@ -334,7 +334,7 @@ class Watcher:
         self.prefix_of: dict[int, str] = {}  # watch descriptor -> folder prefix
         self.folder_of_file: dict[int, str] = {}  # a file's watch -> its folder's prefix
         self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
-        self.linked_now: set[int] = set()  # inodes watched for their link count since a walk
+        self.linked_now: set[int] = set()  # files newly found with another name, by inode
         self.pending: set[str] = set()  # folders to look at again at the next walk
         self.names_in: dict[int, str] = {}  # a watch of a folder in .git -> its full path
         self.lost = False  # an overflow, or a watch that could not be added
