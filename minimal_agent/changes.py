@@ -170,6 +170,8 @@ def walk(root: str, skip: set[str], stop=None, watcher=None, held=None) -> dict 
             return None
         prefix, folder = folders.pop()
         found[prefix] = scan(folder, prefix, skip, watcher, folders, held)
+    if watcher is not None:
+        watcher.linked_now.clear()  # a whole walk met every name in the workdir
     return found
 
 
@@ -185,21 +187,26 @@ def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list, held=
     with entries:
         for item in entries:
             regular = item.is_file(follow_symlinks=False) and item.path not in skip
-            if regular and watcher is not None:
-                watcher.add_file(prefix, item.path)  # before the read: nothing after it missed
+            watched = regular and watcher is not None and watcher.add_file(prefix, item.path)
             if held is not None and regular:
                 # one open, fstat and read instead of an lstat and those
-                key = held.read_new(prefix + item.name, item.path)
+                key, links = held.read_new(prefix + item.name, item.path)
                 if key is not None:
                     names[item.name] = key
+                    if links > 1 and not watched and watcher is not None:
+                        watcher.add_linked(prefix, item.path, key[1])
                     continue
             try:
                 info = item.stat(follow_symlinks=False)
             except OSError:
                 continue
+            if item.name in SKIPPED_FOLDERS and stat.S_ISDIR(info.st_mode) and watcher is not None:
+                watcher.watch_names_in(item.path, look=held is None)  # new if not the first walk
             if item.path in skip or item.name in SKIPPED_FOLDERS and stat.S_ISDIR(info.st_mode):
                 continue
             names[item.name] = key_of(info)
+            if regular and info.st_nlink > 1 and not watched and watcher is not None:
+                watcher.add_linked(prefix, item.path, info.st_ino)
             if stat.S_ISDIR(info.st_mode):
                 folders.append((f"{prefix}{item.name}/", item.path))
     return names
@@ -209,9 +216,23 @@ def rescan(root: str, old: dict, dirty: set[str], skip: set[str], watcher: Watch
     """A walk made from the last one: only the dirty folders scanned again, and the folders
     that appeared in them (or were replaced) scanned whole; the ones that went, dropped."""
     found = dict(old)
+    while True:
+        scanned = rescan_folders(root, found, dirty, skip, watcher)
+        # a file newly seen with another name: its folders that were not scanned are looked
+        # at too, since a write through that name told them nothing
+        dirty = watcher.folders_of_linked(found) - scanned
+        if not dirty:
+            return found
+
+
+def rescan_folders(root: str, found: dict, dirty: set[str], skip: set[str], watcher) -> set:
+    """rescan's one round, in found: the dirty folders and those that appeared in them; the
+    prefixes scanned."""
+    scanned = set()
     for prefix in sorted(dirty, key=lambda prefix: prefix.count("/")):
         if prefix not in found:  # went, or inside one that went, or scanned whole already
             continue
+        scanned.add(prefix)
         folders: list = []
         before = found[prefix]
         found[prefix] = scan(os.path.join(root, *prefix.split("/")), prefix, skip, watcher, [])
@@ -226,8 +247,9 @@ def rescan(root: str, old: dict, dirty: set[str], skip: set[str], watcher: Watch
                 folders.append((inner, os.path.join(root, *inner.split("/"))))
         while folders:
             inner, folder = folders.pop()
+            scanned.add(inner)
             found[inner] = scan(folder, inner, skip, watcher, folders)
-    return found
+    return scanned
 
 
 def differences(old: dict, new: dict) -> list[tuple[str, tuple | None, tuple | None]]:
@@ -275,10 +297,17 @@ class Watcher:
     system has it (start() returns None elsewhere, or when the watches run out); the events
     the queue could not hold (an overflow) make the next walk a whole one.
 
-    Every regular file is watched too, by its inode: a folder's watch hears only of what is
-    done through a name in that folder, so a write through another hard link of the file (in
-    .git, in another folder, outside the workdir, made before the run or by one of its
-    commands) would go unseen; the file's own watch hears of it, and its folder is rescanned."""
+    Files are watched by their inode too: a folder's watch hears only of what is done through
+    a name in that folder, so a write through another hard link of the file (in .git, in
+    another folder, outside the workdir) would go unseen; the file's own watch hears of it, and
+    its folders are rescanned. The watches are shared with the user's other programs (an
+    IDE's file watcher), so the files of one name are watched only up to a share of them
+    (file_budget); a file with another name (a link count above 1 at a walk) is watched
+    whatever the count. Making a link tells the folder of the file's first name nothing (only
+    the file's own watch hears of it), so past the share a file linked from .git or from
+    outside the workdir during the run, and written through that name, goes unseen. The
+    folders of .git are watched for the names made in them (and only that), so a link made
+    there that is still there when the walk comes is seen."""
 
     MASK = (  # IN_MODIFY, ATTRIB, CLOSE_WRITE, MOVED_FROM/TO, CREATE, DELETE, DELETE/MOVE_SELF,
         0x2
@@ -296,12 +325,19 @@ class Watcher:
     FILE_MASK = 0x2 | 0x4 | 0x8 | 0x02000000  # IN_MODIFY, ATTRIB, CLOSE_WRITE, DONT_FOLLOW
     OVERFLOW, IGNORED = 0x4000, 0x8000
     NAMES = 0x40 | 0x80 | 0x100 | 0x200  # a name moved, made or removed: the folder's mtime
+    SHARE = 16  # files of one name are watched up to 1/SHARE of the system's watches
+    NAMES_MADE = 0x100 | 0x80 | 0x01000000 | 0x02000000  # IN_CREATE, MOVED_TO, ONLYDIR, DONT_FOLLOW
+    IS_FOLDER = 0x40000000
 
-    def __init__(self, libc, fd: int, get_errno) -> None:
+    def __init__(self, libc, fd: int, get_errno, share: int) -> None:
         self.libc, self.fd, self.get_errno = libc, fd, get_errno
+        self.file_budget = self.git_budget = share  # files of one name; folders of .git
         self.prefix_of: dict[int, str] = {}  # watch descriptor -> folder prefix
         self.folder_of_file: dict[int, str] = {}  # a file's watch -> its folder's prefix
         self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
+        self.linked_now: set[int] = set()  # files newly found with another name, by inode
+        self.pending: set[str] = set()  # folders to look at again at the next walk
+        self.names_in: dict[int, str] = {}  # a watch of a folder in .git -> its full path
         self.lost = False  # an overflow, or a watch that could not be added
 
     @classmethod
@@ -315,7 +351,12 @@ class Watcher:
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError):
             return None
-        return cls(libc, fd, ctypes.get_errno) if fd >= 0 else None
+        try:
+            with open("/proc/sys/fs/inotify/max_user_watches", "rb") as file:
+                watches = int(file.read())
+        except (OSError, ValueError):
+            watches = 8192  # the kernel's smallest default
+        return cls(libc, fd, ctypes.get_errno, watches // cls.SHARE) if fd >= 0 else None
 
     def add(self, prefix: str, full: str) -> None:
         """Watch a folder before it is read, so that nothing done after the read is missed."""
@@ -325,20 +366,70 @@ class Watcher:
         elif os.path.isdir(full):  # out of watches (fs.inotify.max_user_watches)
             self.lost = True
 
-    def add_file(self, prefix: str, full: str) -> None:
+    def add_file(self, prefix: str, full: str) -> bool:
+        """Watch a regular file's inode before it is read, whatever its link count, while the
+        files watched are fewer than file_budget; whether it is watched."""
+        return len(self.folder_of_file) < self.file_budget and self.watch_file(prefix, full) > 0
+
+    def add_linked(self, prefix: str, full: str, inode: int) -> None:
+        """Watch a file whose link count the walk found above 1 (its key taken already): its
+        folder is looked at again at the next walk, so a write between the two is not
+        missed, and so are its other names' folders that the walk did not see (rescan)."""
+        if self.watch_file(prefix, full) == 1:
+            self.pending.add(prefix)
+            self.linked_now.add(inode)
+
+    def watch_file(self, prefix: str, full: str) -> int:
         """Watch a regular file's inode, whatever name it is written through; a change to it
-        makes its folder (prefix) dirty. Out of watches: the walks are whole from then on. A
-        file that went meanwhile, or that cannot be read, needs none (it cannot be kept)."""
+        makes its folder (prefix) dirty. Returns 1 for a new watch, 2 for one it had, 0 for
+        none: out of watches, the walks are whole from then on; a file that went meanwhile,
+        or that cannot be read, needs none (it cannot be kept)."""
         wd = self.libc.inotify_add_watch(self.fd, os.fsencode(full), self.FILE_MASK)
         if wd < 0:
             self.lost = self.lost or self.get_errno() in (errno.ENOSPC, errno.ENOMEM)
-        elif self.folder_of_file.setdefault(wd, prefix) != prefix:  # linked in two folders
+            return 0
+        if wd not in self.folder_of_file:
+            self.folder_of_file[wd] = prefix
+            return 1
+        if self.folder_of_file[wd] != prefix:  # linked in two folders
             self.more_folders.setdefault(wd, set()).add(prefix)
+        return 2
+
+    def watch_names_in(self, git: str, look: bool = True) -> None:
+        """Watch the names made in a folder of .git and in every folder under it; look at the
+        files already there if it is new since the first walk (a file with another name is
+        what a link made there leaves; at the first walk, its workdir name showed that)."""
+        if git in self.names_in.values():
+            return
+        for folder, _, names in os.walk(git):
+            if len(self.names_in) >= self.git_budget:  # a .git of a million folders
+                return
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.NAMES_MADE)
+            if wd >= 0:
+                self.names_in[wd] = folder
+            for name in names if look else ():
+                self.look_at(os.path.join(folder, name))
+
+    def look_at(self, full: str) -> None:
+        """A name made in .git: a file with another name is watched for at the next rescan."""
+        with contextlib.suppress(OSError):
+            info = os.lstat(full)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                self.linked_now.add(info.st_ino)
+
+    def folders_of_linked(self, found: dict) -> set[str]:
+        """The folders of a walk holding a name of a file watched for its link count since the
+        last call."""
+        inodes, self.linked_now = self.linked_now, set()
+        if not inodes:
+            return set()
+        return {prefix for prefix, names in found.items()
+                if any(key[1] in inodes for key in names.values())}  # fmt: skip
 
     def dirty(self) -> set[str] | None:
         """The prefixes of the folders whose names or entries may have changed since the last
         call; None if that is not known (the next walk must be a whole one)."""
-        found: set[str] = set()
+        found, self.pending = self.pending, set()
         while True:
             try:
                 data = os.read(self.fd, 1 << 16)
@@ -350,6 +441,14 @@ class Watcher:
                 offset += 16 + size
                 if mask & self.OVERFLOW:
                     self.lost = True
+                if wd in self.names_in:  # a name made in .git: a link?
+                    folder = self.names_in.pop(wd) if mask & self.IGNORED else self.names_in[wd]
+                    name = os.fsdecode(data[offset - size : offset].rstrip(b"\0"))
+                    if mask & self.IS_FOLDER:
+                        self.watch_names_in(os.path.join(folder, name))
+                    elif name:
+                        self.look_at(os.path.join(folder, name))
+                    continue
                 if wd in self.folder_of_file:  # a file's own watch: its folders are dirty
                     found.add(self.folder_of_file[wd])
                     found |= self.more_folders.get(wd, set())
@@ -405,18 +504,18 @@ class Held:
                     held = self.stored(held)
         self.by_path[path] = (key, held)
 
-    def read_new(self, path: str, full: str) -> tuple | None:
-        """Read and hold a regular file met by the first walk; its key, from the open file
-        (None if it is not one now, or cannot be opened: then it is looked at as the rest).
-        Written for speed: it runs for every file of the workdir."""
+    def read_new(self, path: str, full: str) -> tuple[tuple | None, int]:
+        """Read and hold a regular file met by the first walk; its key and link count, from
+        the open file (None if it is not one now, or cannot be opened: then it is looked at as
+        the rest). Written for speed: it runs for every file of the workdir."""
         try:
             fd = os.open(full, OPEN_FILE)
         except OSError:
-            return None
+            return None, 0
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                return None
+                return None, 0
             size, held = info.st_size, None
             key = (info.st_mode, info.st_ino, info.st_ctime_ns, size, info.st_mtime_ns)
             if size > MAX_KEPT:
@@ -431,7 +530,7 @@ class Held:
                 if data is not None and len(data) == size:
                     held = self.stored(data)
             self.by_path[path] = (key, held)
-            return key
+            return key, info.st_nlink
         finally:
             os.close(fd)
 

@@ -367,6 +367,102 @@ def test_a_file_linked_before_the_run_is_watched_through_its_other_name(
     assert (workdir / "a.txt").read_text() == "mine\n"
 
 
+@pytest.mark.posix("hard links and a POSIX shell command")
+def test_a_link_made_in_git_and_written_through_in_one_command_is_reported_and_undone(
+    workdir, sessions_dir
+):
+    (workdir / "src").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    (workdir / ".git").mkdir()
+    command = "ln src/conftest.py .git/o && printf 'import os  # payload\\n' > .git/o"
+    with StubServer([shell(command, "c1"), done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json", "go")
+    assert json.loads(proc.stdout)["files"]["changed"] == ["src/conftest.py"]
+    assert take_back(workdir, sessions_dir, "--undo").returncode == 0
+    assert (workdir / "src" / "conftest.py").read_text() == "safe = True\n"
+
+
+# --- The inotify watches are shared with the user's other programs: few taken --------------
+
+
+def watches_held(watcher: changes.Watcher) -> int:
+    """The watches the kernel holds on the watcher's inotify descriptor (its own count)."""
+    with open(f"/proc/self/fdinfo/{watcher.fd}") as info:
+        return sum(line.startswith("inotify wd:") for line in info)
+
+
+def watching_at_most(monkeypatch, files: int, git_folders: int | None = None) -> None:
+    """Watchers that watch at most this many files of one name by their inode (and folders
+    of .git, if given)."""
+    start = changes.Watcher.start.__func__
+
+    def with_budget(cls):
+        watcher = start(cls)
+        watcher.file_budget = files
+        watcher.git_budget = watcher.git_budget if git_folders is None else git_folders
+        return watcher
+
+    monkeypatch.setattr(changes.Watcher, "start", classmethod(with_budget))
+
+
+@pytest.mark.linux("inotify")
+@pytest.mark.parametrize("budget", [0, 10])
+def test_files_of_one_name_take_no_watches_past_the_share(workdir, tmp_path, monkeypatch, budget):
+    watching_at_most(monkeypatch, budget, git_folders=5)
+    for number in range(20):
+        (workdir / ".git" / f"g{number}").mkdir(parents=True)
+    for number in range(300):
+        folder = workdir / f"d{number % 3}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"f{number}.txt").write_text(f"{number}\n")
+    (workdir / "linked.txt").write_text("two names\n")
+    os.link(workdir / "linked.txt", tmp_path / "other")
+    recorder = changes.Recorder(str(workdir), tmp_path / "store")
+    try:
+        recorder.walk_and_record()
+        files = watches_held(recorder.watcher) - 4 - 5  # the folders', .git's share
+        assert files == budget + 1 or budget and files == budget  # linked.txt in the share?
+        (workdir / "d0" / "f0.txt").write_text("changed\n")
+        recorder.walk_and_record()
+        assert recorder.state == changes.walk(recorder.root, recorder.skip)
+        assert watches_held(recorder.watcher) == 4 + 5 + files
+    finally:
+        recorder.close()
+
+
+@pytest.mark.linux("inotify")
+@pytest.mark.parametrize("steps", ["one", "two"])
+@pytest.mark.parametrize("other", ["docs/o", ".git/o", ".git/new/o"])
+def test_past_the_share_a_link_made_in_another_folder_is_seen(
+    workdir, tmp_path, monkeypatch, steps, other
+):
+    """A file of one name is not watched by its inode past the share; a command links it into
+    another folder and writes through that name: the folder of its first name hears nothing,
+    yet its change is recorded, whether the write is in the same command or the next."""
+    watching_at_most(monkeypatch, 0)
+    (workdir / "src").mkdir()
+    (workdir / "docs").mkdir()
+    (workdir / ".git").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    told = []
+    recorder = changes.Recorder(
+        str(workdir), tmp_path / "store", on_change=lambda *change: told.append(change)
+    )
+    recorder.turn_begins("link and write")
+    try:
+        recorder.step_begins(["run_shell"], 1)
+        (workdir / other).parent.mkdir(exist_ok=True)
+        os.link(workdir / "src" / "conftest.py", workdir / other)
+        if steps == "two":
+            recorder.step_begins(["run_shell"], 2)
+        (workdir / other).write_text("import os  # payload\n")
+        recorder.step_ends()
+        assert ("src/conftest.py", "changed") in told
+        assert recorder.state == changes.walk(recorder.root, recorder.skip)
+    finally:
+        recorder.close()
+
+
 @pytest.mark.posix("file names that are bytes")
 def test_file_names_that_are_not_utf8_are_recorded_and_restored_byte_exact(workdir, sessions_dir):
     old, new = b"old-\xe9\xff.txt", b"new-\xfe.txt"
@@ -531,12 +627,14 @@ def test_changes_module_keeps_no_seen_copy_after_the_session(workdir, sessions_d
 
 
 @pytest.mark.posix("POSIX file operations")
-@pytest.mark.parametrize("watched", [True, False])
+@pytest.mark.parametrize("watched", [True, False, "folders only"])
 def test_each_walk_after_the_first_sees_what_a_whole_walk_sees(
     workdir, tmp_path, watched, monkeypatch
 ):
     if not watched:  # macOS, Windows: a whole walk each time
         monkeypatch.setattr(changes.Watcher, "start", classmethod(lambda cls: None))
+    if watched == "folders only" and sys.platform.startswith("linux"):  # past the share
+        watching_at_most(monkeypatch, 0, git_folders=0)
     for number in range(30):
         folder = workdir / f"d{number % 3}" / f"e{number % 2}"
         folder.mkdir(parents=True, exist_ok=True)
