@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, execute, run_agent, run_in_process, stub_env, use_workspace, wait_for
 from fake_model import reply, tool_call
-from stub_server import Fail, Streamed, StubServer
+from stub_server import POLL, Fail, Streamed, StubServer
 
 KEY = "sk-fence-test-key-0123456789"
 
@@ -98,7 +98,7 @@ def test_a_redirect_within_the_same_origin_is_still_followed():
             pass
 
     http = ThreadingHTTPServer(("127.0.0.1", 0), Moved)
-    threading.Thread(target=http.serve_forever, daemon=True).start()
+    threading.Thread(target=http.serve_forever, args=(POLL,), daemon=True).start()
     try:
         assert probe_window(f"http://127.0.0.1:{http.server_address[1]}/v1", "m", KEY) == 4_096
     finally:
@@ -309,7 +309,7 @@ class Portal:
         self.api_key = KEY
 
     def __enter__(self) -> Portal:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        threading.Thread(target=self.http.serve_forever, args=(POLL,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:

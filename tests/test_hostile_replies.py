@@ -20,6 +20,7 @@ import pytest
 from conftest import run_in_process, stub_env
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from stub_server import POLL
 
 KEY = "sk-7f3e9c2a4b1d8e6f0a5c"
 
@@ -66,7 +67,7 @@ class Serving:
         self.api_key = KEY
 
     def __enter__(self) -> Serving:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        threading.Thread(target=self.http.serve_forever, args=(POLL,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
