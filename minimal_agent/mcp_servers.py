@@ -13,10 +13,10 @@ import contextlib
 import json
 import os
 import re
-import sys
 
-from minimal_agent import added_tools, display, files, permissions, processes
+from minimal_agent import added_tools, files, permissions, processes
 from minimal_agent.errors import holds_key
+from minimal_agent.text import one_line, visible
 
 USER_FILE = "mcp.json"  # in the user's config folder, beside config.env
 PROJECT_FILE = ".mcp.json"  # in the workdir: a repository's, so hostile until approved
@@ -60,14 +60,14 @@ def configured(config_folder: str, ws) -> tuple[list[Server], str | None]:
     user_file = os.path.join(config_folder, USER_FILE)
     try:
         with open(user_file, encoding="utf-8") as file:
-            servers += parsed(file.read(), user_file, False)
+            servers += parsed(file.read(), user_file, False, ws.events.notice)
     except FileNotFoundError:
         pass
     except (OSError, UnicodeDecodeError) as error:
-        display.say(f"skipped {user_file}: {getattr(error, 'strerror', None) or error}")
+        ws.events.notice(f"skipped {user_file}: {getattr(error, 'strerror', None) or error}")
     text = project_text(ws)
     if text is not None:
-        servers += parsed(text, os.path.join(ws.folder, PROJECT_FILE), True)
+        servers += parsed(text, os.path.join(ws.folder, PROJECT_FILE), True, ws.events.notice)
     return servers, text
 
 
@@ -82,18 +82,18 @@ def project_text(ws) -> str | None:
         return None
     except OSError as error:  # PermissionError among them: outside the workdir
         why = error.strerror if error.strerror and not isinstance(error, PermissionError) else error
-        display.say(f"skipped the workdir's {PROJECT_FILE}: {why}")
+        ws.events.notice(f"skipped the workdir's {PROJECT_FILE}: {why}")
         return None
     if len(data) > PROJECT_LIMIT:
         limit = PROJECT_LIMIT // 1024
-        display.say(f"skipped the workdir's {PROJECT_FILE}: it is larger than {limit} KiB")
+        ws.events.notice(f"skipped the workdir's {PROJECT_FILE}: it is larger than {limit} KiB")
         return None
     return data.decode("utf-8", "replace")
 
 
-def parsed(text: str, path: str, project: bool) -> list[Server]:
+def parsed(text: str, path: str, project: bool, say) -> list[Server]:
     """The servers of one file in the shape {"mcpServers": {"NAME": {...}}}; a file of another
-    shape costs one line and gives none."""
+    shape costs one line (said with say) and gives none."""
     try:
         servers = json.loads(text)["mcpServers"]
         if not isinstance(servers, dict):
@@ -102,7 +102,7 @@ def parsed(text: str, path: str, project: bool) -> list[Server]:
         why = f"it is not valid JSON ({error})" if isinstance(error, ValueError) else (
             'it is not {"mcpServers": {"NAME": {...}}}'
         )
-        display.say(f"skipped the MCP servers of {path}: {why}")
+        say(f"skipped the MCP servers of {path}: {why}")
         return []
     return [Server(name, spec, path, project) for name, spec in servers.items()]
 
@@ -161,8 +161,8 @@ def expanded(value):
 
 def approved_project(text: str, ws, sessions_folder: str) -> bool:
     """Whether the workdir's .mcp.json (text) may start its servers: approved before, as it is
-    now, for this workdir; else asked on the terminal (shown whole; y or n), the answer yes
-    remembered. --yes does not approve it. Without a terminal: no, with one line."""
+    now, for this workdir; else the user is asked (ws.user: on the terminal, shown whole; y or
+    n), and a yes remembered. --yes does not approve it. Without a terminal: no."""
     import hashlib  # here: OpenSSL's start-up, for a workdir with a .mcp.json only
 
     digest = hashlib.sha256(f"{ws.folder}\0{text}".encode("utf-8", "replace")).hexdigest()
@@ -170,30 +170,7 @@ def approved_project(text: str, ws, sessions_folder: str) -> bool:
     known = remembered(approvals)
     if digest in known:
         return True
-    if not sys.stdin.isatty():
-        display.say(
-            f"skipped the MCP servers of the workdir's {PROJECT_FILE}: they start only once you "
-            "approve the file, and stdin is not a terminal (run minimal-agent --mcp there on one)"
-        )
-        return False
-    where = " (inside the sandbox)" if ws.sandbox else " with your rights"
-    display.say(f"the workdir's {PROJECT_FILE} asks to start programs (MCP servers){where}:")
-    question = "  Start them? [y/N/v] (remembered until the file changes; v: view it whole) "
-    try:
-        display.refuse_a_small_screen("not started", "  not started")
-    except PermissionError:
-        return False
-    while True:
-        rows, columns = display.screen_size()
-        room = rows - display.rows_above(rows) - display.rows_taken(question + "y", columns)
-        for line in display.command_lines(text.rstrip("\n"), room, columns):
-            display.say(line)
-        answer = display.answered(question)
-        if answer != "v":
-            break
-        display.page(display.command_page(text))
-    if answer not in ("y", "yes"):
-        display.say(f"  not started: the servers of {PROJECT_FILE} (it asks again next time)")
+    if not ws.user.approves_servers(text, ws.sandbox):
         return False
     os.makedirs(sessions_folder, exist_ok=True)
     files.write_atomically(sessions_folder, approvals, json.dumps(sorted({*known, digest})))
@@ -210,13 +187,13 @@ def remembered(approvals: str) -> set[str]:
     return {item for item in known if isinstance(item, str)} if isinstance(known, list) else set()
 
 
-def start(ws, config_folder: str, sessions_folder: str, events, lesson_tools: dict):
+def start(ws, config_folder: str, sessions_folder: str, lesson_tools: dict):
     """The session's servers (Servers) with their tools in the workspace ws, or None when none
     is configured. The workdir's are skipped unless the user approves its .mcp.json."""
     servers, text = configured(config_folder, ws)
     if not servers:
         return None
-    running = Servers(ws, sessions_folder, events)
+    running = Servers(ws, sessions_folder)
     project = [server for server in servers if server.project]
     if project and not approved_project(text, ws, sessions_folder):
         for server in project:
@@ -227,11 +204,11 @@ def start(ws, config_folder: str, sessions_folder: str, events, lesson_tools: di
 
 class Servers:
     """The session's servers: started in start(), called through their tools' functions,
-    stopped in close(). events (minimal_agent.events.Events) gets an "mcp_server" event for
-    each server's start, failure or loss."""
+    stopped in close(). The workspace's events get an "mcp_server" event for each server's
+    start, failure or loss."""
 
-    def __init__(self, ws, sessions_folder: str, events) -> None:
-        self.ws, self.events = ws, events
+    def __init__(self, ws, sessions_folder: str) -> None:
+        self.ws, self.events = ws, ws.events
         self.log_path = os.path.join(sessions_folder, LOG_FILE)
         self.servers: list[Server] = []
         self.loop = self.thread = self.log = None
@@ -248,7 +225,7 @@ class Servers:
         except ImportError:
             for server in ready:
                 self.fail(server, f"the mcp package is not installed ({INSTALL})", quiet=True)
-            display.say(
+            self.ws.events.notice(
                 f"skipped the MCP servers ({', '.join(s.name for s in ready)}): the mcp package "
                 f"is not installed for this Python; install it with {INSTALL}"
             )
@@ -413,7 +390,7 @@ class Servers:
         for tool in server.listed.result():
             name = f"mcp__{server.name}__{tool.name}"
             if not TOOL_NAME.fullmatch(name):
-                left_out.append(f"{display.visible(tool.name)} (its name cannot be a tool's)")
+                left_out.append(f"{visible(tool.name)} (its name cannot be a tool's)")
                 continue
             if not permissions.offered(self.ws, name):
                 left_out.append(f"{tool.name} (a deny rule names it)")
@@ -431,7 +408,7 @@ class Servers:
         self.events.emit("mcp_server", name=server.name, file=server.file, project=server.project,
                          status="started", tools=server.tools, error=None)  # fmt: skip
         if left_out:
-            display.say(f"MCP server {server.name}: left out {'; '.join(left_out)}")
+            self.ws.events.notice(f"MCP server {server.name}: left out {'; '.join(left_out)}")
 
     def function(self, server: Server, tool: str, name: str):
         """The function the agent calls for the tool: asks as run_shell asks, then calls it."""
@@ -487,7 +464,7 @@ class Servers:
         self.events.emit("mcp_server", name=server.name, file=server.file, project=server.project,
                          status=status, tools=[], error=line)  # fmt: skip
         if not quiet:
-            display.say(line)
+            self.ws.events.notice(line)
 
     def stop(self, server: Server) -> None:
         if server.stop is not None:
@@ -502,11 +479,11 @@ class Servers:
         for server in self.servers:
             state = f"started, {len(server.tools)} tools" if server.status == "started" else (
                 f"{server.status}: {server.problem}")  # fmt: skip
-            lines.append(display.visible(f"{server.name} ({server.where}, {server.file}): {state}"))
+            lines.append(visible(f"{server.name} ({server.where}, {server.file}): {state}"))
             for name in server.tools:
                 about = self.ws.added_tools[name].schema["function"]["description"].strip()
                 first = about.split("\n")[0]
-                lines.append(f"  {name}  {display.one_line(first, 80)}")
+                lines.append(f"  {name}  {one_line(first, 80)}")
         return lines
 
     def close(self) -> None:
@@ -542,7 +519,7 @@ def failure(error: BaseException, timeout: float) -> str:
     if isinstance(error, TimeoutError) or getattr(error, "code", None) == REQUEST_TIMEOUT:
         return f"it did not answer within {timeout:g} s"
     text = getattr(error, "message", None) or str(error) or type(error).__name__
-    return display.one_line(text, 200)
+    return one_line(text, 200)
 
 
 def result_text(result) -> str:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from minimal_agent import display
-
 
 def approve(ws, tool: str, args: dict, shown: str) -> None:
     """Return when the call of tool with args may run; PermissionError for the model if not.
     shown is what the prompt shows (the command, or the MCP tool and its arguments)."""
-    if not display.approved(ws, shown):
+    if not (ws.approve_all or ws.user.approves_command(shown, ws.sandbox)):
         raise PermissionError("the user did not approve this call, so it was not run")
 
 

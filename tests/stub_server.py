@@ -47,6 +47,11 @@ MESSAGES = TypeAdapter(list[ChatCompletionMessageParam])
 REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek's name, vLLM's and Ollama's
 
 
+# How often serve_forever looks for a shutdown: its default, 0.5 s, was added to every test
+# that stops a server (a third of the suite), for nothing but waiting.
+POLL = 0.01
+
+
 @dataclass
 class Fail:
     """A scripted error answer instead of a reply."""
@@ -292,7 +297,7 @@ class StubServer:
         self.cache = cache
 
     def __enter__(self) -> StubServer:
-        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+        threading.Thread(target=self.http.serve_forever, args=(POLL,), daemon=True).start()
         return self
 
     def __exit__(self, *exc) -> None:
@@ -772,7 +777,7 @@ def demo_script() -> list:
     read = tool_call("read_file", {"path": "tool_demo.py"}, "call_2")
     run = tool_call("run_shell", {"command": "python3 tool_demo.py"}, "call_3")
     return [
-        reply(None, write, reasoning=""),
+        reply(None, write, reasoning="Write the file first, then read it back and run it."),
         reply(None, read, reasoning="Check what was written."),
         reply(None, run, reasoning="Now run it."),
         report,

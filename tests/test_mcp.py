@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import jsonschema
 import pytest
@@ -24,7 +25,7 @@ from stub_server import StubServer
 
 import agent
 import model_client
-from minimal_agent import cli, display, events, mcp_servers
+from minimal_agent import cli, display, mcp_servers
 
 SERVERS = ROOT / "tests" / "mcp"
 SDK_SERVER = [sys.executable, str(SERVERS / "sdk_server.py")]
@@ -69,12 +70,10 @@ def user_servers(config: Path, servers: dict) -> None:
 def start(workdir: Path, folders, timeout: float = 60, sandbox: bool = False, yes: bool = False):
     """The workspace and the started servers, as a session starts them; the events said."""
     config, sessions = folders
-    ws = agent.Workspace(workdir, timeout, yes, sandbox)
-    ws.private = [str(config), str(sessions)]
+    ws = agent.Workspace(workdir, timeout, yes, sandbox, private=[str(config), str(sessions)])
     said = []
-    stream = events.Events()
-    stream.subscribe(lambda kind, fields: said.append(fields))
-    servers = mcp_servers.start(ws, str(config), str(sessions), stream, agent.TOOL_MAP)
+    ws.events.subscribe(lambda kind, fields: said.append(fields) if kind == "mcp_server" else None)
+    servers = mcp_servers.start(ws, str(config), str(sessions), agent.TOOL_MAP)
     return ws, servers, said
 
 
@@ -370,9 +369,9 @@ def test_under_sandbox_a_project_server_runs_inside_it(workdir, folders, monkeyp
 def test_no_tool_writes_the_servers_settings_or_the_approvals(tmp_path):
     """The lesson's mcp.json (beside its config.env, in the project's folder) and the record
     of approved project files (in the sessions folder) are the user's own."""
-    settings = {"LLM_SESSIONS_DIR": str(tmp_path / "sessions")}
-    ws = agent.Workspace(tmp_path)
-    ws.private = cli.private_paths(str(tmp_path / "config.env"), False, settings)
+    settings = SimpleNamespace(config_file=str(tmp_path / "config.env"),
+                               sessions_folder=tmp_path / "sessions")  # fmt: skip
+    ws = agent.Workspace(tmp_path, private=cli.private_paths(settings, False))
     for path in ("mcp.json", f"sessions/{mcp_servers.APPROVALS_FILE}"):
         result = call(ws, "write_file", path=path, content="{}")
         assert result.startswith("Error: PermissionError") and "user's own" in result
