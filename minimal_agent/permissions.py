@@ -6,7 +6,9 @@ from __future__ import annotations
 def approve(ws, tool: str, args: dict, shown: str) -> None:
     """Return when the call of tool with args may run; PermissionError for the model if not.
     shown is what the prompt shows (the command, or the MCP tool and its arguments)."""
-    if not (ws.approve_all or ws.user.approves_command(shown, ws.sandbox)):
+    # An MCP server of the user's runs outside the sandbox: the question never claims it
+    sandboxed = ws.sandbox and tool == "run_shell"
+    if not (ws.approve_all or ws.user.approves_command(shown, sandboxed)):
         raise PermissionError("the user did not approve this call, so it was not run")
 
 

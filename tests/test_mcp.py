@@ -212,6 +212,22 @@ def test_a_call_asks_like_run_shell_and_yes_skips_the_question(workdir, folders,
         servers.close()
 
 
+def test_under_sandbox_the_question_for_a_users_server_does_not_claim_the_sandbox(
+    workdir, folders, monkeypatch, capsys
+):
+    """The user's own servers run outside the sandbox (as Codex runs them): the prompt must
+    not say otherwise."""
+    user_servers(folders[0], {"raw": raw_server()})
+    ws, servers, _ = start(workdir, folders, sandbox=True)
+    try:
+        monkeypatch.setattr("sys.stdin", Terminal("y"))
+        assert call(ws, "mcp__raw__touch", path="a.txt") == "touched"
+    finally:
+        servers.close()
+    err = capsys.readouterr().err
+    assert "Run it? [y/N/a]" in err and "in the sandbox" not in err
+
+
 # --- servers that fail: one line and their tools, never the run ----------------------------
 
 
