@@ -653,14 +653,14 @@ def show_mcp_servers(agent, args, settings: Settings, place, installed: bool) ->
     servers = mcp_servers.start(workspace, folder, str(settings.sessions_folder), agent.TOOL_MAP)
     if not servers:
         user_file = os.path.join(folder, mcp_servers.USER_FILE)
-        print(
+        display.print_line(
             f"no MCP server is configured: add one to {user_file} or to "
             f"{mcp_servers.PROJECT_FILE} in the workdir (docs/mcp.md)"
         )
         return 0
     try:
         for line in servers.report():
-            print(line)
+            display.print_line(line)
     finally:
         servers.close()
     return 0

@@ -173,7 +173,11 @@ def approved_project(text: str, ws, sessions_folder: str) -> bool:
     if not ws.user.approves_servers(text, ws.sandbox):
         return False
     os.makedirs(sessions_folder, exist_ok=True)
-    files.write_atomically(sessions_folder, approvals, json.dumps(sorted({*known, digest})))
+    try:
+        with files.replacing(approvals) as (file, _):  # no link planted there written through
+            file.write(json.dumps(sorted({*known, digest})).encode())
+    except OSError as error:  # approved for this start; asked again at the next
+        ws.events.notice(f"the approval of {PROJECT_FILE} is not remembered: {files.why(error)}")
     return True
 
 
@@ -259,7 +263,7 @@ class Servers:
         import threading
 
         os.makedirs(os.path.dirname(self.log_path), exist_ok=True)
-        self.log = open(self.log_path, "ab")  # noqa: SIM115
+        self.log = files.open_record(self.log_path)  # owner-only, never through a link
         # The SDK logs each junk line a server writes, with a traceback: neither on the
         # terminal (Python's last-resort handler) nor, line after line, in the log.
         logger = logging.getLogger("mcp")
