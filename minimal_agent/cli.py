@@ -22,6 +22,7 @@ from minimal_agent import (
     models,
     processes,
     sessions,
+    settings_json,
     wire,
     wire_page,
 )
@@ -246,7 +247,24 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="show the model's thinking and text on stderr as they arrive (default: when stderr "
         "is a terminal; --replay never streams)",
     )
-    add("--yes", action="store_true", help="run every shell command unasked")
+    add("--yes", action="store_true", help="run every shell command unasked (but where a rule "
+        "denies or asks)")  # fmt: skip
+    add(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="for this run, a permission rule that lets calls run unasked, such as "
+        "'run_shell(pytest:*)' (again for more; docs/permissions.md)",
+    )
+    add(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="for this run, a permission rule that keeps calls from running, such as "
+        "'run_shell(git push:*)' or 'read_file(.env)'",
+    )
     add(
         "--confirm-writes",
         action="store_true",
@@ -553,6 +571,8 @@ def open_session(
     workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
     if args.daily_tools:
         daily_tools.add_to(workspace, agent.TOOL_MAP)
+    user_settings = settings_json.user_file(str(agent.model_client.CONFIG_FILE))
+    settings_json.load(workspace, user_settings, args.allow, args.deny)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(args)
@@ -734,10 +754,12 @@ def until_the_reader_stops(show, *args) -> int:
 
 def private_paths(config_file: str, installed: bool, settings: dict) -> list[str]:
     """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
-    the installed command's config folder (with the key), or the lesson's config.env (its
-    folder is the project's), and the sessions folder. Real paths."""
+    the installed command's config folder (with the key), or the lesson's config.env and
+    settings.json (their folder is the project's), and the sessions folder. Real paths."""
     config = os.path.dirname(config_file) if installed else config_file
-    return [os.path.realpath(config), os.path.realpath(sessions_folder(settings))]
+    rules = settings_json.user_file(config_file)  # beside config.env: the user's rules and hooks
+    paths = [config, sessions_folder(settings)] + ([] if installed else [rules])
+    return [os.path.realpath(path) for path in paths]
 
 
 def say_private_inside(workdir: str, private: list[str]) -> None:

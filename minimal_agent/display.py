@@ -88,13 +88,20 @@ def colour() -> bool:
     return sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
 
-def approved(ws, command: str) -> bool:
+def approved(ws, command: str, rule: str | None = None) -> bool:
     """Ask the user on the terminal: y runs it, a runs it and every later command of the
     session (ws.approve_all), v shows it whole in a pager and asks again, anything else does
-    not. Without a terminal, or on one too small to show it, nobody can answer."""
-    if ws.approve_all:
+    not. Without a terminal, or on one too small to show it, nobody can answer. rule: the ask
+    rule that asks for it, which --yes and "a" do not override."""
+    if ws.approve_all and not rule:
         return True
     if not sys.stdin.isatty():
+        if rule:
+            say(f"  not run: the rule {rule} asks, and stdin is not a terminal")
+            raise PermissionError(
+                f"the command was not run: the user's rule {rule} has it asked for, and nobody "
+                "can answer here"
+            )
         say("  not run: stdin is not a terminal, so nobody can approve it (start with --yes)")
         raise PermissionError(
             "the command was not run: it needs the user's approval and nobody can give it "
@@ -116,7 +123,7 @@ def approved(ws, command: str) -> bool:
     if answer in ("a", "all", "always"):
         ws.approve_all = True
         say("  every later command of this session runs without asking")
-    return ws.approve_all or answer in ("y", "yes")
+    return answer in ("y", "yes", "a", "all", "always")
 
 
 def answered(question: str) -> str:

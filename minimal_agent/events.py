@@ -16,6 +16,10 @@ The events, each a kind and its fields:
                  many), usage (prompt, cache-hit and completion tokens), cost, currency
     message      message: each one appended to the conversation (the tool calls and results)
     file_change  path, change: "created", "changed" or "deleted" (from the undo record)
+    permission   tool, decision ("deny", "ask" or "allow"), rules (as written), sources: a
+                 permission rule decided a call (minimal_agent/permissions.py)
+    hook         hook_event, tool (None for Stop), command, exit_code (None: timed out),
+                 timed_out, outcome ("ok", "blocked", "feedback", "warning"), seconds
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
     error        error: the one line (said on stderr) of what ended the run
@@ -162,8 +166,8 @@ class JsonResult:
 
 class JsonLines:
     """--json-events: one object a line as the run goes, each with its version and type:
-    turn_start, reply, tool_call, tool_result, file_change, turn_end, and last end (the
-    record --json writes). The request and response bodies stay off it."""
+    turn_start, reply, tool_call, tool_result, file_change, permission, hook, turn_end, and
+    last end (the record --json writes). The request and response bodies stay off it."""
 
     def __init__(self, out: TextIO) -> None:
         self.out = out
@@ -195,7 +199,7 @@ class JsonLines:
             failed = isinstance(content, str) and content.startswith("Error:")
             yield {"type": "tool_result", "id": message.get("tool_call_id"), "content": content,
                    "error": failed}  # fmt: skip
-        elif kind in ("file_change", "turn_end"):
+        elif kind in ("file_change", "turn_end", "permission", "hook"):
             yield {"type": kind, **fields}
         elif kind == "end":
             yield {"type": "end", **{k: v for k, v in fields.items() if k != "version"}}

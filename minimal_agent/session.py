@@ -16,6 +16,8 @@ from minimal_agent import (
     diffs,
     display,
     files,
+    hooks,
+    permissions,
     sessions,
     wire,
 )
@@ -86,6 +88,12 @@ class Session:
         self.system_prompt, self.model = system_prompt, model
         self.transcript = Transcript.open(save) if save else None
         self.messages = Conversation(history or [], self.transcript, self.appended)
+        # The rules' decisions and the hooks' runs: events, kept in the transcript too
+        workspace.rules.emit = workspace.hooks.emit = self.events.emit
+        self.events.subscribe(self.keep_decisions)
+        if save:
+            workspace.hooks.transcript_path = os.path.abspath(save)
+            workspace.hooks.session_id = os.path.basename(save).removesuffix(sessions.SUFFIX)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
         self.changes = self.wire = None
@@ -134,10 +142,16 @@ class Session:
         if not recorded or recorded[-1] != self.workspace.folder:
             self.messages.save({"event": "workdir", "workdir": self.workspace.folder})
 
+    def keep_decisions(self, kind: str, fields: dict) -> None:
+        if kind in ("permission", "hook"):
+            self.messages.save({"event": kind, **fields})
+
     def tools(self, lesson_tools: list[dict]) -> list[dict]:
         """The tools' schemas each request sends: the lesson's, and those the session added to
-        the workspace (minimal_agent/added_tools.py), an added one in a lesson tool's place."""
-        return added_tools.offered(lesson_tools, self.workspace.added_tools)
+        the workspace (minimal_agent/added_tools.py), an added one in a lesson tool's place;
+        not those a deny rule names whole (minimal_agent/permissions.py)."""
+        tools = added_tools.offered(lesson_tools, self.workspace.added_tools)
+        return [t for t in tools if permissions.offered(self.workspace, t["function"]["name"])]
 
     @property
     def limits(self) -> dict:
@@ -418,6 +432,7 @@ class Session:
         """The turn's result (see agent.run); its totals line is said."""
         self.end_step()
         self.count_tool_calls()
+        hooks.at_stop(self.workspace)
         self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
         display.say(self.counts(self.turn))
