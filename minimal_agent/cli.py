@@ -572,7 +572,7 @@ def open_session(
     if args.daily_tools:
         daily_tools.add_to(workspace, agent.TOOL_MAP)
     user_settings = settings_json.user_file(str(agent.model_client.CONFIG_FILE))
-    settings_json.load(workspace, user_settings, args.allow, args.deny)
+    settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(args)

@@ -23,10 +23,11 @@ def user_file(config_file: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(config_file)), FILE_NAME)
 
 
-def load(ws, user_path: str, allow: list[str], deny: list[str]) -> None:
+def load(ws, user_path: str, allow: list[str], deny: list[str], lesson_tools=()) -> None:
     """Put the rules and hooks in force into ws: --deny and --allow (a mistake in one: a
     UsageError), the user's settings.json (a mistake: an AgentError naming the file), and the
-    deny and ask rules of the project's file (a mistake there: skipped with one line)."""
+    deny and ask rules of the project's file (a mistake there: skipped with one line). A rule
+    naming none of lesson_tools (agent.py's TOOL_MAP) or ws's added tools: one line."""
     for kind, given in (("deny", deny), ("allow", allow)):
         for text in given:
             try:
@@ -43,6 +44,27 @@ def load(ws, user_path: str, allow: list[str], deny: list[str]) -> None:
     except ValueError as error:
         raise AgentError(f"{source}: {error}; fix it, or move the file away") from None
     load_project_file(ws)
+    say_unknown_tools(ws, lesson_tools)
+
+
+CLAUDE_NAMES = {"Bash": "run_shell", "Read": "read_file", "Write": "write_file",
+                "Edit": "edit_file", "Grep": "search", "Glob": "list_files"}  # fmt: skip
+
+
+def say_unknown_tools(ws, lesson_tools) -> None:
+    """One line for each rule that names no tool of this agent, so a rule that looks right but
+    never matches (Claude Code's Bash(...) as it is) does not go unnoticed."""
+    tools = {*lesson_tools, *ws.added_tools}
+    for rules in ws.rules.by_kind.values():
+        for rule in rules:
+            if rule.tool in tools or rule.tool.startswith("mcp__") or "*" in rule.tool:
+                continue
+            hint = CLAUDE_NAMES.get(rule.tool)
+            instead = f": write {hint} for Claude Code's {rule.tool}" if hint else ""
+            display.say(
+                f"the rule {rule.text} ({rule.source}) names no tool of this agent, so it never "
+                f"matches{instead} (the tools: {', '.join(sorted(tools))})"
+            )
 
 
 def read_user_file(path: str) -> dict:

@@ -290,6 +290,16 @@ def test_allow_and_deny_options_add_rules_for_the_run_and_a_bad_one_is_a_usage_e
         settings_json.load(agent.Workspace(workdir), "/nonexistent", ["run_shell("], [])
 
 
+def test_a_rule_naming_no_tool_of_the_agent_says_so_in_one_line(workdir, capsys):
+    ws = agent.Workspace(workdir)
+    settings_json.load(ws, "/nonexistent", ["Bash(npm test)", "mcp__git", "run_shell"], [],
+                       agent.TOOL_MAP)  # fmt: skip
+    assert capsys.readouterr().err.splitlines() == [
+        "the rule Bash(npm test) (--allow) names no tool of this agent, so it never matches: "
+        "write run_shell for Claude Code's Bash (the tools: read_file, run_shell, write_file)"
+    ]
+
+
 def test_no_tool_can_write_the_users_settings_file(app):
     """The lesson's settings.json is beside agent.py: a workdir that holds it (--workdir .)
     cannot change it; the installed command's is in its private config folder."""
