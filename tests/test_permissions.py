@@ -260,14 +260,25 @@ def test_a_projects_deny_and_ask_rules_apply_over_the_users_allow(workdir, tmp_p
     assert shell(ws, "echo fine").startswith("exit code 0")
 
 
-def test_a_project_file_that_is_a_link_out_of_the_workdir_is_skipped(workdir, tmp_path, capsys):
+@pytest.mark.posix("a FIFO")
+@pytest.mark.parametrize("kind", ["a link out of the workdir", "a FIFO", "a folder"])
+def test_a_project_file_that_is_no_file_of_the_workdir_is_skipped_in_one_line(
+    workdir, tmp_path, capsys, kind
+):
     outside = tmp_path / "elsewhere.json"
     outside.write_text(json.dumps({"permissions": {"deny": ["run_shell"]}}))
     (workdir / ".minimal-agent").mkdir()
-    (workdir / ".minimal-agent" / "settings.json").symlink_to(outside)
+    project = workdir / ".minimal-agent" / "settings.json"
+    if kind == "a FIFO":
+        os.mkfifo(project)  # no writer: a read would wait for ever
+    elif kind == "a folder":
+        project.mkdir()
+    else:
+        project.symlink_to(outside)
     ws = agent.Workspace(workdir)
     settings_json.load(ws, str(tmp_path / "none.json"), [], [])
-    assert "skipped the project's .minimal-agent/settings.json" in capsys.readouterr().err
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 1 and said[0].startswith("skipped the project's .minimal-agent/settings")
     assert not ws.rules
 
 
