@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, alive
 from fake_model import FakeClient, reply, tool_call
+from test_json import EVENTS, valid
 
 import agent
 from minimal_agent import hooks, settings_json
@@ -54,6 +55,7 @@ def test_exit_2_before_a_call_blocks_it_and_its_stderr_is_the_models_error(workd
     assert [(e["hook_event"], e["tool"], e["exit_code"], e["outcome"]) for e in seen] == [
         ("PreToolUse", "write_file", 2, "blocked")
     ]
+    valid({"version": 1, "type": "hook", **seen[0]}, EVENTS)  # as --json-events prints it
 
 
 def test_a_hook_gets_the_call_as_json_in_the_workdir_with_the_commands_environment(
@@ -122,6 +124,7 @@ def test_a_hook_that_hangs_is_killed_with_all_it_started_at_its_time_out(workdir
         "ran past its time-out (1 s) and was killed with all it started" in capsys.readouterr().err
     )
     assert seen[0]["timed_out"] and seen[0]["exit_code"] is None
+    valid({"version": 1, "type": "hook", **seen[0]}, EVENTS)
     for name in ("bg.pid", "away.pid"):
         assert not alive(int((workdir / name).read_text())), name
 

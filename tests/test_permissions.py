@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_in_process, stub_env
+from conftest import ROOT, finish, on_a_terminal, run_in_process, spawn, stub_env
 from fake_model import FakeClient, reply, tool_call
 from stub_server import StubServer
 from test_json import EVENTS, valid
@@ -178,6 +178,28 @@ def test_a_whole_tool_rule_decides_every_call_of_it(workdir):
     )
     denying = workspace(workdir, yes=True, deny=["run_shell"])
     assert "denied by the rule run_shell " in shell(denying, "echo a")
+
+
+@on_a_terminal
+def test_a_projects_ask_rule_asks_on_the_terminal_under_yes_and_no_refuses(workdir):
+    project_file(workdir, {"permissions": {"ask": ["run_shell(touch:*)"]}})
+    script = [
+        reply(None, tool_call("run_shell", {"command": "touch asked"}, "c1")),
+        reply(None, tool_call("run_shell", {"command": "touch free"}, "c2")),
+        reply("done"),
+    ]
+    with StubServer(script) as server:
+        child = spawn(server, "--workdir", str(workdir), "--yes", "go")
+        child.expect_exact("the rule run_shell(touch:*) (project settings) asks")
+        child.expect_exact("$ touch asked")
+        child.expect_exact("Run it? [y/N/a] ")
+        child.sendline("n")
+        child.expect_exact("the rule run_shell(touch:*) (project settings) asks")
+        child.expect_exact("Run it? [y/N/a] ")
+        child.sendline("a")  # "a" (as --yes) does not silence the rule
+        child.expect_exact("done")
+        assert finish(child) == 0
+    assert not (workdir / "asked").exists() and (workdir / "free").exists()
 
 
 # --- Tools that never ask: deny rules by path -----------------------------------------------
