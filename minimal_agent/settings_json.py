@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 from minimal_agent import display, files, hooks, permissions
 from minimal_agent.errors import AgentError, UsageError
@@ -52,19 +53,31 @@ CLAUDE_NAMES = {"Bash": "run_shell", "Read": "read_file", "Write": "write_file",
 
 
 def say_unknown_tools(ws, lesson_tools) -> None:
-    """One line for each rule that names no tool of this agent, so a rule that looks right but
-    never matches (Claude Code's Bash(...) as it is) does not go unnoticed."""
+    """One line for each rule, and each name in a hook's matcher, that names no tool of this
+    agent, so one that looks right but never matches (Claude Code's Bash(...) as it is) does
+    not go unnoticed."""
     tools = {*lesson_tools, *ws.added_tools}
+
+    def unknown(name: str) -> bool:
+        return name not in tools and not name.startswith("mcp__")
+
+    def say(what: str, name: str) -> None:
+        hint = CLAUDE_NAMES.get(name)
+        instead = f": write {hint} for Claude Code's {name}" if hint else ""
+        display.say(
+            f"{what} names no tool of this agent, so it never matches{instead} (the tools: "
+            f"{', '.join(sorted(tools))})"
+        )
+
     for rules in ws.rules.by_kind.values():
         for rule in rules:
-            if rule.tool in tools or rule.tool.startswith("mcp__") or "*" in rule.tool:
-                continue
-            hint = CLAUDE_NAMES.get(rule.tool)
-            instead = f": write {hint} for Claude Code's {rule.tool}" if hint else ""
-            display.say(
-                f"the rule {rule.text} ({rule.source}) names no tool of this agent, so it never "
-                f"matches{instead} (the tools: {', '.join(sorted(tools))})"
-            )
+            if unknown(rule.tool) and "*" not in rule.tool:
+                say(f"the rule {rule.text} ({rule.source})", rule.tool)
+    for hook in ws.hooks.hooks:
+        names = hook.matcher.pattern.split("|") if hook.matcher else []
+        for name in names:
+            if re.fullmatch(r"\w+", name) and unknown(name):
+                say(f"the {hook.event} hook's matcher {hook.matcher.pattern!r}", name)
 
 
 def read_user_file(path: str) -> dict:

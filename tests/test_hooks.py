@@ -115,6 +115,17 @@ def test_a_matcher_picks_the_tools_a_hook_runs_for(workdir, tmp_path):
     assert ran.read_text() == "x\n"
 
 
+def test_a_matcher_naming_no_tool_of_the_agent_says_so_in_one_line(workdir, tmp_path, capsys):
+    user = tmp_path / "settings.json"
+    user.write_text(json.dumps({"hooks": hook("PreToolUse", "true", "Bash|write_file")}))
+    settings_json.load(agent.Workspace(workdir), str(user), [], [], agent.TOOL_MAP)
+    assert capsys.readouterr().err.splitlines() == [
+        "the PreToolUse hook's matcher 'Bash|write_file' names no tool of this agent, so it never "
+        "matches: write run_shell for Claude Code's Bash (the tools: read_file, run_shell, "
+        "write_file)"
+    ]
+
+
 @pytest.mark.linux
 def test_a_hook_that_hangs_is_killed_with_all_it_started_at_its_time_out(workdir, capsys):
     command = "sleep 300 & echo $! > bg.pid; setsid sleep 300 & echo $! > away.pid; sleep 300"
