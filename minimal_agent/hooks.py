@@ -177,7 +177,8 @@ def run_command(hook: Hook, stdin: bytes, ws) -> tuple[int | None, str]:
                 processes.become_subreaper()
             proc = subprocess.Popen(hook.command, shell=True, cwd=ws.folder, env=env,
                                     start_new_session=True, **pipes)  # fmt: skip
-        stdout, stderr = processes.Output(STDERR_KEPT), processes.Output(STDERR_KEPT // 2)
+        # stdout is read, so that a chatty hook never blocks, but not used (docs/hooks.md)
+        stdout, stderr = processes.Output(1), processes.Output(STDERR_KEPT // 2)
         threads = [
             threading.Thread(target=feed, args=(proc.stdin, stdin), daemon=True),
             threading.Thread(target=stdout.read, args=(proc.stdout,), daemon=True),

@@ -105,6 +105,16 @@ def test_any_other_exit_is_one_warning_line_and_the_call_goes_on(workdir, capsys
     assert seen[0]["outcome"] == "warning"
 
 
+def test_a_hook_that_prints_a_lot_and_reads_nothing_never_blocks(workdir):
+    ws, seen = with_hooks(workdir, hook("PreToolUse", "head -c 3000000 /dev/zero; head -c "
+                                        "3000000 /dev/zero >&2; exit 2"))  # fmt: skip
+    call = tool_call("write_file", {"path": "a.txt", "content": "x" * 1_000_000}, "c1")
+    result = agent.execute_tool_call(call, ws)  # a stdin of 1 MB the hook never reads
+    assert result.startswith("Error: PermissionError: a PreToolUse hook of the user blocked")
+    assert len(result) < 10_000  # the two ends of its stderr
+    assert seen[0]["outcome"] == "blocked"
+
+
 def test_a_matcher_picks_the_tools_a_hook_runs_for(workdir, tmp_path):
     ran = tmp_path / "ran"
     ws, _ = with_hooks(workdir, hook("PreToolUse", f"echo x >> {ran}", "run_shell"))
