@@ -221,6 +221,7 @@ def simple_commands(command: str) -> list[list[str]] | None:
     program gets them), cut at ; & && || | |&; None when it cannot be cut with certainty:
     a substitution, a redirection, a subshell or group in parentheses, a comment, a control
     character or newline, unbalanced quotes, or nothing at all."""
+    command = command.strip(" \t\n")  # a newline at either end separates nothing
     if sys.platform == "win32":  # cmd.exe's syntax: only a plain command is certain
         words = command.split()
         return None if WINDOWS_OPERATORS & set(command) or not words else [words]

@@ -61,6 +61,8 @@ RULES = ["run_shell(echo exact)", "run_shell(echo prefix:*)", "run_shell(echo wi
         ("echo exact", True),
         ("echo  'exact'", True),  # the same words for the program
         ("echo exact more", False),  # exact means exactly
+        ("echo exact\n", True),  # a newline at the end ends the one command
+        ("echo exact\r", False),  # a carriage return is part of the last word for sh
         ("echo prefix", True),
         ("echo prefix and more", True),
         ("echo prefixed", False),  # a prefix ends at a word's end
