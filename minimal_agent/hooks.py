@@ -8,9 +8,10 @@ Claude Code's shape (docs/hooks.md), from the user's settings.json only (never a
 A hook gets one JSON object on stdin (session_id, transcript_path, cwd, hook_event_name,
 tool_name, tool_input, and after the call tool_response). Exit 0 goes on; exit 2 on PreToolUse
 blocks the call, its stderr the model's error, and on PostToolUse adds its stderr after the
-result; any other exit, or a hook past its time-out (killed with everything it started), is
-one warning line and goes on. Hooks run as the user, in the workdir, outside any sandbox, with
-the environment commands get (no key); each run is an event.
+result (as does Claude Code's JSON answer on stdout that blocks or denies); any other exit,
+or a hook past its time-out (killed with everything it started), is one warning line and goes
+on. Hooks run as the user, in the workdir, outside any sandbox, with the environment commands
+get (no key); each run is an event.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ EVENTS = ("PreToolUse", "PostToolUse", "Stop")
 DEFAULT_TIMEOUT = 60.0  # seconds, as in Claude Code
 BLOCK = 2  # the exit code that blocks a call (PreToolUse) or speaks to the model (PostToolUse)
 STDERR_KEPT = 4_000  # characters of a hook's stderr kept (its two ends)
+STDOUT_KEPT = 64_000  # of its stdout, read for a JSON answer
 
 
 class Hook(NamedTuple):
@@ -88,25 +90,24 @@ def command_of(entry: object, event: str) -> tuple[str, float]:
 
 def before(ws, tool: str, args: dict) -> None:
     """The PreToolUse hooks for the call, in order; PermissionError (the call does not run)
-    when one exits with 2, its stderr the model's error."""
+    when one blocks it, with its words for the model."""
     for hook in matching(ws.hooks, "PreToolUse", tool):
-        code, stderr = run(ws, hook, {"tool_name": tool, "tool_input": args}, tool)
-        if code == BLOCK:
-            reason = stderr.strip() or "(it gave no reason)"
-            raise PermissionError(f"a PreToolUse hook of the user blocked this call: {reason}")
+        said = run(ws, hook, {"tool_name": tool, "tool_input": args}, tool)
+        if said is not None:
+            raise PermissionError(f"a PreToolUse hook of the user blocked this call: {said}")
 
 
 def after(ws, tool: str, args: dict, result: object) -> object:
-    """result, with the stderr of each PostToolUse hook that exits with 2 added after it."""
+    """result, with the words of each PostToolUse hook that speaks to the model added after it."""
     post = matching(ws.hooks, "PostToolUse", tool)
     if not post:
         return result
     notes, text = [], tool_results.as_text(result)
     for hook in post:
         payload = {"tool_name": tool, "tool_input": args, "tool_response": text}
-        code, stderr = run(ws, hook, payload, tool)
-        if code == BLOCK and stderr.strip():
-            notes.append(f"[a PostToolUse hook of the user says: {stderr.strip()}]")
+        said = run(ws, hook, payload, tool)
+        if said is not None:
+            notes.append(f"[a PostToolUse hook of the user says: {said}]")
     return "\n".join([text, *notes]) if notes else result
 
 
@@ -124,9 +125,11 @@ def matching(hooks: Hooks, event: str, tool: str | None) -> list[Hook]:
     ]  # fmt: skip
 
 
-def run(ws, hook: Hook, fields: dict, tool: str | None) -> tuple[int | None, str]:
-    """Run one hook with its JSON on stdin; its exit code (None: timed out, killed with all it
-    started) and stderr. A warning line for any exit but 0 and 2; an event for each run."""
+def run(ws, hook: Hook, fields: dict, tool: str | None) -> str | None:
+    """Run one hook with its JSON on stdin. Its words for the model when it blocks the call
+    (PreToolUse) or speaks after it (PostToolUse), by exit 2 (its stderr) or a JSON answer on
+    stdout; else None. A warning line for any other exit and a time-out (the hook killed
+    with all it started); an event for each run."""
     payload = {
         "session_id": ws.hooks.session_id,
         "transcript_path": ws.hooks.transcript_path,
@@ -135,32 +138,60 @@ def run(ws, hook: Hook, fields: dict, tool: str | None) -> tuple[int | None, str
         **fields,
     }
     started = time.monotonic()
-    code, stderr = run_command(hook, json.dumps(payload).encode(), ws)
-    blocking = code == BLOCK and hook.event != "Stop"
-    outcome = "ok" if code == 0 else "blocked" if blocking else "warning"
-    if outcome == "blocked" and hook.event == "PostToolUse":
-        outcome = "feedback"
-    if outcome == "warning":
+    code, stdout, stderr = run_command(hook, json.dumps(payload).encode(), ws)
+    said = None
+    if hook.event != "Stop" and code == BLOCK:
+        said = stderr.strip() or "(it gave no reason)"
+    elif hook.event != "Stop" and code == 0:
+        said = json_answer(stdout, hook.event)
+    name = display.one_line(hook.command, 60)
+    if code not in (0, BLOCK) or (code == BLOCK and hook.event == "Stop"):
+        outcome = "warning"
         why = f"ran past its time-out ({hook.timeout:g} s) and was killed with all it started" \
             if code is None else f"exited with {code}"  # fmt: skip
-        said = stderr.strip().splitlines()[-1:] or [""]
-        detail = f": {display.one_line(said[0], 120)}" if said[0] else ""
-        display.say(f"warning: the {hook.event} hook {display.one_line(hook.command, 60)} {why}"
-                    f"{detail}; going on")  # fmt: skip
-    elif outcome != "ok":
-        display.say(f"      the {hook.event} hook {display.one_line(hook.command, 60)} {outcome} "
-                    "the call (exit 2)")  # fmt: skip
+        last = stderr.strip().splitlines()[-1:] or [""]
+        detail = f": {display.one_line(last[0], 120)}" if last[0] else ""
+        display.say(f"warning: the {hook.event} hook {name} {why}{detail}; going on")
+    elif said is None:
+        outcome = "ok"
+    elif hook.event == "PreToolUse":
+        outcome = "blocked"
+        display.say(f"      the PreToolUse hook {name} blocked the call")
+    else:
+        outcome = "feedback"
+        display.say(f"      the PostToolUse hook {name} speaks to the model after the result")
     ws.hooks.emit(
         "hook", hook_event=hook.event, tool=tool, command=hook.command, exit_code=code,
         timed_out=code is None, outcome=outcome, seconds=round(time.monotonic() - started, 3),
     )  # fmt: skip
-    return code, stderr
+    return said
 
 
-def run_command(hook: Hook, stdin: bytes, ws) -> tuple[int | None, str]:
+def json_answer(stdout: str, event: str) -> str | None:
+    """The reason in Claude Code's JSON answer on stdout, where it takes power away:
+    {"decision": "block", "reason": ...}, or before a call {"hookSpecificOutput":
+    {"permissionDecision": "deny", "permissionDecisionReason": ...}}; else None (an "allow"
+    or "ask" answer is not followed: the rules decide that)."""
+    try:
+        answer = json.loads(stdout)
+    except ValueError:
+        return None
+    if not isinstance(answer, dict):
+        return None
+    specific = answer.get("hookSpecificOutput")
+    if event == "PreToolUse" and isinstance(specific, dict):
+        if specific.get("permissionDecision") == "deny":
+            return str(specific.get("permissionDecisionReason") or "(it gave no reason)")
+    if answer.get("decision") == "block":
+        return str(answer.get("reason") or "(it gave no reason)")
+    return None
+
+
+def run_command(hook: Hook, stdin: bytes, ws) -> tuple[int | None, str, str]:
     """The hook's command by the shell in ws.folder, in a process group of its own, with the
     environment commands get outside the sandbox; killed with everything it started at its
-    time-out, and anything it left running killed when it exits."""
+    time-out, and anything it left running killed when it exits. Its exit code (None: timed
+    out), stdout and stderr (each's two ends, when long)."""
     import subprocess
     import threading
 
@@ -177,8 +208,7 @@ def run_command(hook: Hook, stdin: bytes, ws) -> tuple[int | None, str]:
                 processes.become_subreaper()
             proc = subprocess.Popen(hook.command, shell=True, cwd=ws.folder, env=env,
                                     start_new_session=True, **pipes)  # fmt: skip
-        # stdout is read, so that a chatty hook never blocks, but not used (docs/hooks.md)
-        stdout, stderr = processes.Output(1), processes.Output(STDERR_KEPT // 2)
+        stdout, stderr = processes.Output(STDOUT_KEPT // 2), processes.Output(STDERR_KEPT // 2)
         threads = [
             threading.Thread(target=feed, args=(proc.stdin, stdin), daemon=True),
             threading.Thread(target=stdout.read, args=(proc.stdout,), daemon=True),
@@ -197,7 +227,7 @@ def run_command(hook: Hook, stdin: bytes, ws) -> tuple[int | None, str]:
             proc.wait()
             for thread in threads:
                 thread.join(1)  # nothing holds the pipes any more
-    return code, stderr.text()
+    return code, stdout.text(), stderr.text()
 
 
 def feed(pipe, data: bytes) -> None:

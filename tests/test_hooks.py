@@ -105,6 +105,35 @@ def test_any_other_exit_is_one_warning_line_and_the_call_goes_on(workdir, capsys
     assert seen[0]["outcome"] == "warning"
 
 
+DENY = {"hookSpecificOutput": {"hookEventName": "PreToolUse", "permissionDecision": "deny",
+                               "permissionDecisionReason": "no writes on Fridays"}}  # fmt: skip
+BLOCK = {"decision": "block", "reason": "format it first"}
+
+
+@pytest.mark.parametrize(
+    "event, answer, expected",
+    [
+        ("PreToolUse", DENY, "Error: PermissionError: a PreToolUse hook of the user blocked this "
+                             "call: no writes on Fridays"),
+        ("PreToolUse", BLOCK, "Error: PermissionError: a PreToolUse hook of the user blocked "
+                              "this call: format it first"),
+        ("PostToolUse", BLOCK, "Wrote 2 characters (2 bytes) to a.txt\n[a PostToolUse hook of "
+                               "the user says: format it first]"),
+        ("PreToolUse", {"hookSpecificOutput": {"permissionDecision": "allow"}},
+         "Wrote 2 characters (2 bytes) to a.txt"),
+        ("PreToolUse", {"decision": "approve"}, "Wrote 2 characters (2 bytes) to a.txt"),
+    ],
+)  # fmt: skip
+def test_claude_codes_json_answers_that_take_power_away_are_followed(workdir, event, answer,
+                                                                     expected):  # fmt: skip
+    command = f"echo '{json.dumps(answer)}'"
+    ws, seen = with_hooks(workdir, hook(event, command))
+    assert write(ws) == expected
+    blocked = expected.startswith("Error")
+    assert (workdir / "a.txt").exists() is not blocked
+    assert seen[0]["exit_code"] == 0
+
+
 def test_a_hook_that_prints_a_lot_and_reads_nothing_never_blocks(workdir):
     ws, seen = with_hooks(workdir, hook("PreToolUse", "head -c 3000000 /dev/zero; head -c "
                                         "3000000 /dev/zero >&2; exit 2"))  # fmt: skip
