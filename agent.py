@@ -56,9 +56,10 @@ SYSTEM_PROMPT = (
 
 class Workspace:
     """What the tools act on, made once per session: the folder they work in (the workdir),
-    how long a shell command may run, whether the user approved every command already,
-    whether commands run in the sandbox and what of the environment they get, and whether
-    writes are confirmed. Every tool gets it as its first argument."""
+    how long a shell command may run, whether every command runs unasked, whether commands run
+    in the sandbox and what of the environment they get, whether writes are confirmed, the
+    user's own paths they never touch, who approves (user) and where they tell what they do
+    (events). Every tool gets it as its first argument."""
 
     def __init__(
         self,
@@ -66,19 +67,29 @@ class Workspace:
         timeout: float = SHELL_TIMEOUT,
         approve_all: bool = False,
         sandbox: bool = False,
+        *,
+        confirm_writes: bool = False,
+        key: str = "",
+        pass_env: frozenset[str] = frozenset(),
+        private: list[str] | tuple[str, ...] = (),
+        sandbox_limits: dict = processes.SANDBOX_LIMITS,
+        user=None,
+        events=None,
     ) -> None:
         os.makedirs(folder, exist_ok=True)
         self.folder = os.path.realpath(folder)
         self.timeout = timeout
-        self.approve_all = approve_all  # --yes, or "a" at the approval prompt: the whole session
+        self.approve_all = approve_all  # --yes: run_shell runs every command unasked
         self.sandbox = sandbox  # --sandbox: run_shell's commands run under bubblewrap
-        self.confirm_writes = False  # --confirm-writes: write_file asks first, with the diff
-        self.key = ""  # the agent's API key: no command gets a variable holding it
-        self.pass_env: frozenset[str] = frozenset()  # LLM_PASS_ENV: what commands get anyway
+        self.confirm_writes = confirm_writes  # --confirm-writes: write_file asks first
+        self.key = key  # the agent's API key: no command gets a variable holding it
+        self.pass_env = pass_env  # LLM_PASS_ENV: what commands get anyway
         self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
         # The user's own paths (config, sessions, this conversation's records): out of reach
-        self.private: list[str] = []
-        self.sandbox_limits = processes.SANDBOX_LIMITS  # /tmp, processes, memory
+        self.private = list(private)
+        self.sandbox_limits = sandbox_limits  # /tmp, processes, memory
+        self.user = user or display.TerminalUser()  # asked to approve; types --chat's messages
+        self.events = events or display.terminal_events()  # what happens, for its readers
         # Tools the session adds to TOOLS and TOOL_MAP (minimal_agent/added_tools.py): none here
         self.added_tools: dict = {}
         # The user's permission rules and hooks (settings.json, --allow, --deny): none here
@@ -248,15 +259,14 @@ def run(
         messages.append(assistant)  # appended only (and saved at once): nothing is rewritten
         if "tool_calls" not in assistant:
             text, complete = replies.final_answer(msg, finish_reason)
-            display.show_answer(text, streamed=session.stream)
-            return session.finish("finished" if complete else "incomplete", text)
+            return session.finish("finished" if complete else "incomplete", text)  # answer shown
         for call in assistant["tool_calls"]:  # one tool message per call, in order
-            display.show_call(step, call)
+            session.events.emit("tool_call", step=step, call=call)  # the terminal shows it
             result = not_run.get(call["id"]) or execute_tool_call(call, session.workspace)
-            display.show_result(result)
+            session.events.emit("tool_result", step=step, call=call, result=result)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 
-    display.say(
+    session.events.notice(
         f"stopped: the step limit ({max_steps} requests) was reached; raise it with --max-steps"
     )
     return session.finish("max_steps", None)
@@ -287,8 +297,8 @@ def chat(
         client, model = model_client.client_and_model(client, model)
     session = session or new_session(options)
     result = {"text": None, "stop_reason": "finished"}  # what a session of no turns returns
-    display.chat_hint()
-    message = task or session.prompt.next_message()  # typed after "> ", or stdin's next line
+    session.events.emit("chat")  # the terminal says how a chat goes on and ends
+    message = task or session.user.next_message()  # typed after "> ", or stdin's next line
     while message:
         if not session.command(message, client, model):  # /compact, /undo, /think, ...
             try:
@@ -297,7 +307,7 @@ def chat(
                 session.cancel_turn()
             except Exception as error:  # a refused or failed request ends the turn, not the chat
                 session.fail_turn(error)
-        message = session.prompt.next_message()
+        message = session.user.next_message()
     return session.end(result)
 
 
@@ -338,7 +348,7 @@ def check_tools() -> None:
 
 def call_problem(name: str, args: object, added: dict) -> str | None:
     """Why a call cannot run: there is no such tool, or its arguments do not fit its schema
-    (of the tool the session added, added, where there is one of that name)."""
+    (for a name in added, Workspace.added_tools, the added tool's schema)."""
     if name not in TOOL_MAP and name not in added:
         return f"there is no tool {name!r}; the tools are {', '.join({**TOOL_MAP, **added})}"
     if name in added:

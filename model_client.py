@@ -15,9 +15,10 @@ import unicodedata
 from urllib.parse import urlsplit
 
 from minimal_agent.errors import AgentError
+from minimal_agent.sessions import refuse_settings_changed_by_a_run
 
 LESSON_CONFIG = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
-CONFIG_FILE = LESSON_CONFIG  # the file read; the installed command reads the user's own (cli.py)
+CONFIG_FILE = LESSON_CONFIG  # the file read unless another is named (the installed command's)
 
 
 DEFAULT_BASE_URL = "https://api.deepseek.com"
@@ -37,9 +38,11 @@ SETTINGS = (  # every setting the agent reads, for the misspelling check
 )  # fmt: skip
 
 
-def load_config() -> dict[str, str]:
-    """Read CONFIG_FILE (real environment variables win) and return the settings."""
-    file = config_file_settings()
+def load_config(config_file: str | os.PathLike | None = None) -> dict[str, str]:
+    """Read config_file (unless given: CONFIG_FILE; real environment variables win) and return
+    the settings, and the file's name (config_file)."""
+    config_file = str(config_file or CONFIG_FILE)
+    file = config_file_settings(config_file)
 
     def setting(name: str) -> str:
         return (os.environ[name] if name in os.environ else file.get(name) or "").strip()
@@ -50,7 +53,8 @@ def load_config() -> dict[str, str]:
         "base_url": setting("LLM_BASE_URL") or DEFAULT_BASE_URL,
         "model": setting("LLM_MODEL") or MODEL,
         "max_tokens": setting("LLM_MAX_TOKENS"),
-        "key_origin": setting_origin("LLM_API_KEY"),  # for the hint of a refused key
+        "key_origin": setting_origin("LLM_API_KEY", config_file),  # for a refused key's hint
+        "config_file": config_file,
     }
 
 
@@ -60,29 +64,31 @@ def client_and_model(client=None, model: str | None = None) -> tuple:
     return client or create_client(config), model or config["model"]
 
 
-def config_file_settings() -> dict[str, str | None]:
-    """The variables config.env sets ({} if there is none); it must be UTF-8 text.
+def config_file_settings(config_file: str) -> dict[str, str | None]:
+    """The variables config_file sets ({} if there is none); it must be UTF-8 text.
 
     Read, not loaded into os.environ, which run_shell's commands inherit (less the key and every
-    secret-looking name: processes.command_environment).
+    secret-looking name: processes.command_environment). Not read at all, in one line, while it
+    is as a run of the agent left it after changing it: a command may have written it.
     """
+    refuse_settings_changed_by_a_run(config_file)
     try:
-        with open(CONFIG_FILE, "rb") as file:
+        with open(config_file, "rb") as file:
             data = file.read()
     except FileNotFoundError:
         return {}
     except OSError as error:
-        raise AgentError(f"cannot read {CONFIG_FILE}: {error.strerror}") from None
+        raise AgentError(f"cannot read {config_file}: {error.strerror}") from None
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) or b"\0" in data:
         raise AgentError(
-            f'{CONFIG_FILE} is saved as UTF-16 (Notepad calls it "Unicode"): save it as UTF-8'
+            f'{config_file} is saved as UTF-16 (Notepad calls it "Unicode"): save it as UTF-8'
         )
     try:
         text = data.decode("utf-8-sig")  # Notepad's "UTF-8 with BOM" is fine too
     except UnicodeDecodeError as error:
         line = data[: error.start].count(b"\n") + 1
         raise AgentError(
-            f"{CONFIG_FILE} is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line}): "
+            f"{config_file} is not UTF-8 text (byte 0x{data[error.start]:02x} on line {line}): "
             "save it as UTF-8"
         ) from None
     from dotenv import dotenv_values
@@ -92,17 +98,17 @@ def config_file_settings() -> dict[str, str | None]:
     for binding in parse_stream(io.StringIO(text)):
         if binding.error or (binding.key and binding.value is None):
             raise AgentError(
-                f"{CONFIG_FILE} line {binding.original.line} is not a setting: write each one as "
+                f"{config_file} line {binding.original.line} is not a setting: write each one as "
                 "NAME=value on one line (such as LLM_API_KEY=sk-...), or start a comment with #"
             )
     return dotenv_values(stream=io.StringIO(text))
 
 
-def setting_origin(name: str) -> str:
+def setting_origin(name: str, config_file: str) -> str:
     """Where a setting's value came from, in words, for error messages."""
     if name in os.environ:
         return "set in the environment, which wins over config.env"
-    return f"set in {CONFIG_FILE}"
+    return f"set in {config_file}"
 
 
 def near_miss(setting: str, file_names: list[str]) -> str | None:
@@ -135,14 +141,15 @@ def closest_setting(name: str) -> str | None:
 
 def check_settings(config: dict[str, str]) -> None:
     """Refuse settings that cannot work before any request; warn of likely misspellings."""
-    file = config_file_settings()
+    config_file = config["config_file"]
+    file = config_file_settings(config_file)
     names = list(file)
     if not config["api_key"]:
-        where = f"read {CONFIG_FILE}" if os.path.exists(CONFIG_FILE) else f"found no {CONFIG_FILE}"
+        where = f"read {config_file}" if os.path.exists(config_file) else f"found no {config_file}"
         miss = near_miss("LLM_API_KEY", names)
         place = "in config.env" if miss in names else "in the environment"
         seen = f"; {miss} is set {place}, but the name is LLM_API_KEY" if miss else ""
-        file = "config.env (copy config.example.env)" if CONFIG_FILE == LESSON_CONFIG else None
+        file = "config.env (copy config.example.env)" if config_file == LESSON_CONFIG else None
         raise AgentError(
             f"LLM_API_KEY is not set ({where}{seen}): put your key after LLM_API_KEY= in "
             f"{file or 'that file'}, or set it in the environment"
@@ -157,7 +164,7 @@ def check_settings(config: dict[str, str]) -> None:
         if problem:
             raise AgentError(
                 f"{name} contains {problem}: paste it again without quotes or spaces "
-                f"({setting_origin(name)})"
+                f"({setting_origin(name, config_file)})"
             )
     problem = odd_character(config["model"], invisible_only=True)
     if problem:  # it could not even be sent (a surrogate), or it hides what it is

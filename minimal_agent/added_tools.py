@@ -7,15 +7,17 @@ workspace (Workspace.added_tools), each checked as agent.py's check_tools checks
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 from minimal_agent import tool_schema
 from minimal_agent.errors import AgentError
 
 
-class AddedTool(NamedTuple):
-    schema: dict  # as in TOOLS: {"type": "function", "function": {...}}
-    function: Callable  # as in TOOL_MAP: called with the workspace, then the arguments
+class AddedTool:
+    """A tool's schema, as in TOOLS ({"type": "function", "function": {...}}), and its
+    function, as in TOOL_MAP (called with the workspace, then the arguments)."""
+
+    def __init__(self, schema: dict, function: Callable) -> None:
+        self.schema, self.function = schema, function
 
 
 def add(ws, schema: dict, function: Callable, source: str, lesson_tools: dict,

@@ -9,7 +9,9 @@ memory, past IN_MEMORY bytes in the store's `seen` file), so that a command that
 or deletes it cannot lose it. What differs between two walks is a step's change: it goes into
 the journal, and only the contents it refers to are kept for good, by hash, in `kept`. The walk
 that ends a step runs while the model is asked (the workdir does not change meanwhile), so a
-slow model hides it.
+slow model hides it. The journal marks where each step begins (before its tools run) and where
+a turn's record ends, so a record that stops short (a full disk, the agent killed) is known
+for what it is, and --undo names that turn instead of calling it undone.
 
 Taking back: every path the journal names is checked (relative, no `..`, no empty part) and
 reached one folder at a time from the workdir its turn ran in (one the transcript recorded)
@@ -35,8 +37,9 @@ import struct
 import sys
 from pathlib import Path
 
-from minimal_agent import display, files, sessions
+from minimal_agent import files, sessions
 from minimal_agent.errors import AgentError
+from minimal_agent.text import one_line
 
 MAX_KEPT = 10 * 1024 * 1024  # bytes: a larger file is not kept, and is named when it changes
 MAX_SEEN = 2**30  # bytes of the workdir's files a session holds at most: run in a huge folder
@@ -91,11 +94,10 @@ class Blobs:
         digest = hash_of(data)
         if digest not in self.where:
             if self.file is None:
-                self.file = open(self.folder / KEPT, "ab")
-            self.file.write(f"{digest} {len(data)}\n".encode())
-            self.where[digest] = (self.file.tell(), len(data))
-            self.file.write(data)
-            self.file.flush()
+                self.file = files.open_record(self.folder / KEPT)
+            header = f"{digest} {len(data)}\n".encode()
+            files.append_whole(self.file, header + data)  # none of it, if the disk is full
+            self.where[digest] = (self.file.tell() - len(data), len(data))
         return digest
 
     def get(self, digest: str) -> bytes:
@@ -168,6 +170,8 @@ def walk(root: str, skip: set[str], stop=None, watcher=None, held=None) -> dict 
             return None
         prefix, folder = folders.pop()
         found[prefix] = scan(folder, prefix, skip, watcher, folders, held)
+    if watcher is not None:
+        watcher.linked_now.clear()  # a whole walk met every name in the workdir
     return found
 
 
@@ -182,19 +186,27 @@ def scan(folder: str, prefix: str, skip: set[str], watcher, folders: list, held=
         return names
     with entries:
         for item in entries:
-            if held is not None and item.is_file(follow_symlinks=False) and item.path not in skip:
+            regular = item.is_file(follow_symlinks=False) and item.path not in skip
+            watched = regular and watcher is not None and watcher.add_file(prefix, item.path)
+            if held is not None and regular:
                 # one open, fstat and read instead of an lstat and those
-                key = held.read_new(prefix + item.name, item.path)
+                key, links = held.read_new(prefix + item.name, item.path)
                 if key is not None:
                     names[item.name] = key
+                    if links > 1 and not watched and watcher is not None:
+                        watcher.add_linked(prefix, item.path, key[1])
                     continue
             try:
                 info = item.stat(follow_symlinks=False)
             except OSError:
                 continue
+            if item.name in SKIPPED_FOLDERS and stat.S_ISDIR(info.st_mode) and watcher is not None:
+                watcher.watch_names_in(item.path, look=held is None)  # new if not the first walk
             if item.path in skip or item.name in SKIPPED_FOLDERS and stat.S_ISDIR(info.st_mode):
                 continue
             names[item.name] = key_of(info)
+            if regular and info.st_nlink > 1 and not watched and watcher is not None:
+                watcher.add_linked(prefix, item.path, info.st_ino)
             if stat.S_ISDIR(info.st_mode):
                 folders.append((f"{prefix}{item.name}/", item.path))
     return names
@@ -204,9 +216,23 @@ def rescan(root: str, old: dict, dirty: set[str], skip: set[str], watcher: Watch
     """A walk made from the last one: only the dirty folders scanned again, and the folders
     that appeared in them (or were replaced) scanned whole; the ones that went, dropped."""
     found = dict(old)
+    while True:
+        scanned = rescan_folders(root, found, dirty, skip, watcher)
+        # a file newly seen with another name: its folders that were not scanned are looked
+        # at too, since a write through that name told them nothing
+        dirty = watcher.folders_of_linked(found) - scanned
+        if not dirty:
+            return found
+
+
+def rescan_folders(root: str, found: dict, dirty: set[str], skip: set[str], watcher) -> set:
+    """rescan's one round, in found: the dirty folders and those that appeared in them; the
+    prefixes scanned."""
+    scanned = set()
     for prefix in sorted(dirty, key=lambda prefix: prefix.count("/")):
         if prefix not in found:  # went, or inside one that went, or scanned whole already
             continue
+        scanned.add(prefix)
         folders: list = []
         before = found[prefix]
         found[prefix] = scan(os.path.join(root, *prefix.split("/")), prefix, skip, watcher, [])
@@ -221,8 +247,9 @@ def rescan(root: str, old: dict, dirty: set[str], skip: set[str], watcher: Watch
                 folders.append((inner, os.path.join(root, *inner.split("/"))))
         while folders:
             inner, folder = folders.pop()
+            scanned.add(inner)
             found[inner] = scan(folder, inner, skip, watcher, folders)
-    return found
+    return scanned
 
 
 def differences(old: dict, new: dict) -> list[tuple[str, tuple | None, tuple | None]]:
@@ -268,7 +295,19 @@ class Watcher:
     only the folders something happened in (a write, a chmod, a name made, removed or moved):
     in a project of 100,000 files, milliseconds instead of a second. Made only where the
     system has it (start() returns None elsewhere, or when the watches run out); the events
-    the queue could not hold (an overflow) make the next walk a whole one."""
+    the queue could not hold (an overflow) make the next walk a whole one.
+
+    Files are watched by their inode too: a folder's watch hears only of what is done through
+    a name in that folder, so a write through another hard link of the file (in .git, in
+    another folder, outside the workdir) would go unseen; the file's own watch hears of it, and
+    its folders are rescanned. The watches are shared with the user's other programs (an
+    IDE's file watcher), so the files of one name are watched only up to a share of them
+    (file_budget); a file with another name (a link count above 1 at a walk) is watched
+    whatever the count. Making a link tells the folder of the file's first name nothing (only
+    the file's own watch hears of it), so past the share a file linked from .git or from
+    outside the workdir during the run, and written through that name, goes unseen. The
+    folders of .git are watched for the names made in them (and only that), so a link made
+    there that is still there when the walk comes is seen."""
 
     MASK = (  # IN_MODIFY, ATTRIB, CLOSE_WRITE, MOVED_FROM/TO, CREATE, DELETE, DELETE/MOVE_SELF,
         0x2
@@ -283,12 +322,22 @@ class Watcher:
         | 0x01000000
         | 0x02000000  # IN_ONLYDIR, IN_DONT_FOLLOW
     )
+    FILE_MASK = 0x2 | 0x4 | 0x8 | 0x02000000  # IN_MODIFY, ATTRIB, CLOSE_WRITE, DONT_FOLLOW
     OVERFLOW, IGNORED = 0x4000, 0x8000
     NAMES = 0x40 | 0x80 | 0x100 | 0x200  # a name moved, made or removed: the folder's mtime
+    SHARE = 16  # files of one name are watched up to 1/SHARE of the system's watches
+    NAMES_MADE = 0x100 | 0x80 | 0x01000000 | 0x02000000  # IN_CREATE, MOVED_TO, ONLYDIR, DONT_FOLLOW
+    IS_FOLDER = 0x40000000
 
-    def __init__(self, libc, fd: int) -> None:
-        self.libc, self.fd = libc, fd
+    def __init__(self, libc, fd: int, get_errno, share: int) -> None:
+        self.libc, self.fd, self.get_errno = libc, fd, get_errno
+        self.file_budget = self.git_budget = share  # files of one name; folders of .git
         self.prefix_of: dict[int, str] = {}  # watch descriptor -> folder prefix
+        self.folder_of_file: dict[int, str] = {}  # a file's watch -> its folder's prefix
+        self.more_folders: dict[int, set[str]] = {}  # a file's other folders (hard links)
+        self.linked_now: set[int] = set()  # files newly found with another name, by inode
+        self.pending: set[str] = set()  # folders to look at again at the next walk
+        self.names_in: dict[int, str] = {}  # a watch of a folder in .git -> its full path
         self.lost = False  # an overflow, or a watch that could not be added
 
     @classmethod
@@ -302,7 +351,12 @@ class Watcher:
             fd = libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         except (OSError, AttributeError):
             return None
-        return cls(libc, fd) if fd >= 0 else None
+        try:
+            with open("/proc/sys/fs/inotify/max_user_watches", "rb") as file:
+                watches = int(file.read())
+        except (OSError, ValueError):
+            watches = 8192  # the kernel's smallest default
+        return cls(libc, fd, ctypes.get_errno, watches // cls.SHARE) if fd >= 0 else None
 
     def add(self, prefix: str, full: str) -> None:
         """Watch a folder before it is read, so that nothing done after the read is missed."""
@@ -312,10 +366,70 @@ class Watcher:
         elif os.path.isdir(full):  # out of watches (fs.inotify.max_user_watches)
             self.lost = True
 
+    def add_file(self, prefix: str, full: str) -> bool:
+        """Watch a regular file's inode before it is read, whatever its link count, while the
+        files watched are fewer than file_budget; whether it is watched."""
+        return len(self.folder_of_file) < self.file_budget and self.watch_file(prefix, full) > 0
+
+    def add_linked(self, prefix: str, full: str, inode: int) -> None:
+        """Watch a file whose link count the walk found above 1 (its key taken already): its
+        folder is looked at again at the next walk, so a write between the two is not
+        missed, and so are its other names' folders that the walk did not see (rescan)."""
+        if self.watch_file(prefix, full) == 1:
+            self.pending.add(prefix)
+            self.linked_now.add(inode)
+
+    def watch_file(self, prefix: str, full: str) -> int:
+        """Watch a regular file's inode, whatever name it is written through; a change to it
+        makes its folder (prefix) dirty. Returns 1 for a new watch, 2 for one it had, 0 for
+        none: out of watches, the walks are whole from then on; a file that went meanwhile,
+        or that cannot be read, needs none (it cannot be kept)."""
+        wd = self.libc.inotify_add_watch(self.fd, os.fsencode(full), self.FILE_MASK)
+        if wd < 0:
+            self.lost = self.lost or self.get_errno() in (errno.ENOSPC, errno.ENOMEM)
+            return 0
+        if wd not in self.folder_of_file:
+            self.folder_of_file[wd] = prefix
+            return 1
+        if self.folder_of_file[wd] != prefix:  # linked in two folders
+            self.more_folders.setdefault(wd, set()).add(prefix)
+        return 2
+
+    def watch_names_in(self, git: str, look: bool = True) -> None:
+        """Watch the names made in a folder of .git and in every folder under it; look at the
+        files already there if it is new since the first walk (a file with another name is
+        what a link made there leaves; at the first walk, its workdir name showed that)."""
+        if git in self.names_in.values():
+            return
+        for folder, _, names in os.walk(git):
+            if len(self.names_in) >= self.git_budget:  # a .git of a million folders
+                return
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.NAMES_MADE)
+            if wd >= 0:
+                self.names_in[wd] = folder
+            for name in names if look else ():
+                self.look_at(os.path.join(folder, name))
+
+    def look_at(self, full: str) -> None:
+        """A name made in .git: a file with another name is watched for at the next rescan."""
+        with contextlib.suppress(OSError):
+            info = os.lstat(full)
+            if stat.S_ISREG(info.st_mode) and info.st_nlink > 1:
+                self.linked_now.add(info.st_ino)
+
+    def folders_of_linked(self, found: dict) -> set[str]:
+        """The folders of a walk holding a name of a file watched for its link count since the
+        last call."""
+        inodes, self.linked_now = self.linked_now, set()
+        if not inodes:
+            return set()
+        return {prefix for prefix, names in found.items()
+                if any(key[1] in inodes for key in names.values())}  # fmt: skip
+
     def dirty(self) -> set[str] | None:
         """The prefixes of the folders whose names or entries may have changed since the last
         call; None if that is not known (the next walk must be a whole one)."""
-        found: set[str] = set()
+        found, self.pending = self.pending, set()
         while True:
             try:
                 data = os.read(self.fd, 1 << 16)
@@ -327,6 +441,21 @@ class Watcher:
                 offset += 16 + size
                 if mask & self.OVERFLOW:
                     self.lost = True
+                if wd in self.names_in:  # a name made in .git: a link?
+                    folder = self.names_in.pop(wd) if mask & self.IGNORED else self.names_in[wd]
+                    name = os.fsdecode(data[offset - size : offset].rstrip(b"\0"))
+                    if mask & self.IS_FOLDER:
+                        self.watch_names_in(os.path.join(folder, name))
+                    elif name:
+                        self.look_at(os.path.join(folder, name))
+                    continue
+                if wd in self.folder_of_file:  # a file's own watch: its folders are dirty
+                    found.add(self.folder_of_file[wd])
+                    found |= self.more_folders.get(wd, set())
+                    if mask & self.IGNORED:  # its last name went
+                        del self.folder_of_file[wd]
+                        self.more_folders.pop(wd, None)
+                    continue
                 prefix = self.prefix_of.pop(wd, None) if mask & self.IGNORED else None
                 prefix = self.prefix_of.get(wd) if prefix is None else prefix
                 if prefix is None:
@@ -375,18 +504,18 @@ class Held:
                     held = self.stored(held)
         self.by_path[path] = (key, held)
 
-    def read_new(self, path: str, full: str) -> tuple | None:
-        """Read and hold a regular file met by the first walk; its key, from the open file
-        (None if it is not one now, or cannot be opened: then it is looked at as the rest).
-        Written for speed: it runs for every file of the workdir."""
+    def read_new(self, path: str, full: str) -> tuple[tuple | None, int]:
+        """Read and hold a regular file met by the first walk; its key and link count, from
+        the open file (None if it is not one now, or cannot be opened: then it is looked at as
+        the rest). Written for speed: it runs for every file of the workdir."""
         try:
             fd = os.open(full, OPEN_FILE)
         except OSError:
-            return None
+            return None, 0
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
-                return None
+                return None, 0
             size, held = info.st_size, None
             key = (info.st_mode, info.st_ino, info.st_ctime_ns, size, info.st_mtime_ns)
             if size > MAX_KEPT:
@@ -401,7 +530,7 @@ class Held:
                 if data is not None and len(data) == size:
                     held = self.stored(data)
             self.by_path[path] = (key, held)
-            return key
+            return key, info.st_nlink
         finally:
             os.close(fd)
 
@@ -434,7 +563,8 @@ class Held:
 
     def close(self) -> None:
         if self.file:
-            self.file.close()
+            with contextlib.suppress(OSError):  # what a full disk kept in its buffer: scratch
+                self.file.close()
             (self.folder / SEEN).unlink(missing_ok=True)
             self.file = None
 
@@ -477,12 +607,15 @@ class Recorder:
     of the workdir ends a step and begins the next."""
 
     def __init__(
-        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None
-    ) -> None:
+        self, workdir: str, folder: str | os.PathLike, skip: list[str] = (), on_change=None,
+        notice=None,
+        on_lost=None,
+    ) -> None:  # fmt: skip
         import threading  # here: --help must not import it (minimal_agent/__init__.py)
 
         self.root = os.path.realpath(workdir)
         self.on_change = on_change  # on_change(path, "created" | "changed" | "deleted"), or None
+        self.notice = notice  # notice(line): what the user is told of the walks, or None
         self.folder = Path(folder)
         self.skip = {os.path.realpath(path) for path in [*skip, self.folder]}
         self.history = History.read(self.folder)
@@ -503,17 +636,40 @@ class Recorder:
         self.news: list[tuple[str, str]] = []  # (path, change) for on_change, told when joined
         self.not_kept: set[str] = set()
         self.said_full = False
+        # A store that cannot be written (a full disk, a quota, an I/O error, a link in its
+        # place) is given up: on_lost(error, turn, step) says so, and nothing more is recorded.
+        self.on_lost = on_lost
+        self.given_up = False
+        self.step = 0  # the step of the turn whose tools run (or ran last)
+        self.made_journal = not (self.folder / JOURNAL).exists()
+        self.recorded_changes = False  # a change of this session is in the journal
 
     def write(self, line: dict) -> None:
         if self.journal is None:
             self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            self.journal = open(self.folder / JOURNAL, "a", encoding="ascii")
+            self.journal = files.open_record(self.folder / JOURNAL)
             if not self.history.workdir:
                 self.history.workdir = self.root
                 self.write({"event": "store", "workdir": self.root})
         # ASCII escapes: a file name that is not UTF-8 (a lone surrogate) goes in and comes back
-        self.journal.write(json.dumps(line) + "\n")
-        self.journal.flush()
+        files.append_whole(self.journal, (json.dumps(line) + "\n").encode("ascii"))
+
+    def give_up(self, error: OSError) -> None:
+        """The store cannot be written: nothing more is recorded (what is there stays whole:
+        files.append_whole), and on_lost says from which step of which turn; raised where
+        there is no on_lost."""
+        if self.on_lost is None:
+            raise error
+        if not self.given_up:
+            self.given_up = True
+            self.on_lost(error, self.turn, max(self.step, 1))
+
+    def mark(self, line: dict) -> None:
+        """A line of the journal's own (where a step begins, where a turn's record ends)."""
+        try:
+            self.write(line)
+        except OSError as error:
+            self.give_up(error)
 
     def turn_begins(self, task: str) -> str | None:
         """A new turn; returns what the model should be told first (files restored by an undo
@@ -534,24 +690,35 @@ class Recorder:
         nothing changes the workdir until the reply comes, so its walk starts now, in the
         background. At a turn's first request, a walk that may not be needed (the reply may
         call no tool) is started too; it is stopped if so."""
-        if self.ahead is None and (self.open or self.fresh):
+        if self.ahead is None and (self.open or self.fresh) and not self.given_up:
             self.stop.clear()
             self.ahead = self.thread(target=self.advance_safely, daemon=True)
             self.ahead.start()
 
-    def step_begins(self, tools: list[str]) -> None:
-        """The state of the workdir before the calls of these tools run; what the open step
-        changed is recorded. A step that only reads is not walked."""
-        if all(name in CHANGES_NOTHING for name in tools):
+    def step_begins(self, tools: list[str], step: int = 0) -> None:
+        """The state of the workdir before the calls of these tools (of the turn's step) run;
+        what the open step changed is recorded. A step that only reads is not walked. The
+        journal marks the step's beginning first, so that a record that stops short (a full
+        disk, the agent killed) is known for what it is (History.incomplete)."""
+        if all(name in CHANGES_NOTHING for name in tools) or self.given_up:
             return
         self.advance()
-        self.open = True
+        self.step = step
+        if self.turn not in self.history.tasks:
+            self.mark({"event": "turn", "turn": self.turn, "task": self.task,
+                       "workdir": self.root})  # fmt: skip
+            self.history.tasks[self.turn] = self.task
+        self.mark({"event": "step", "turn": self.turn, "step": step})
+        self.open = not self.given_up
 
     def step_ends(self) -> None:
-        """What the open step changed, walked and recorded."""
+        """What the open step changed, walked and recorded; the journal says the turn's record
+        is whole up to here."""
         if self.open:
             self.advance()
             self.open = False
+            if not self.given_up:
+                self.mark({"event": "recorded", "turn": self.turn})
         elif self.ahead is not None:  # a walk that no step needs
             self.stop.set()
             self.join()
@@ -559,6 +726,8 @@ class Recorder:
     def advance(self) -> None:
         """The walk that ends the open step, if any, and begins the next: the one running
         ahead if there is one, else one made now."""
+        if self.ahead is not None and self.ahead.ident is None:
+            self.ahead = None  # made, but a signal came before it was started
         if self.ahead is None:
             self.stop.clear()  # a walk ahead stopped earlier must not stop this one
             self.advance_safely()
@@ -566,16 +735,19 @@ class Recorder:
 
     def join(self) -> None:
         if self.ahead is not None:
-            self.ahead.join()
+            if self.ahead.ident is not None:  # not when a signal came before its start
+                self.ahead.join()
             self.ahead = None
-        for note in self.notes:
-            display.say(note)
+        for note in self.notes if self.notice else ():
+            self.notice(note)
         self.notes.clear()
         for path, change in self.news:  # told here, in the session's thread, in order
             self.on_change(path, change)
         self.news.clear()
         failure, self.failure = self.failure, None
-        if failure is not None:
+        if isinstance(failure, OSError):
+            self.give_up(failure)
+        elif failure is not None:
             raise failure
 
     def advance_safely(self) -> None:
@@ -633,11 +805,8 @@ class Recorder:
                 lines.append([path, before, after])
         if not lines:
             return
-        if self.turn not in self.history.tasks:
-            self.write({"event": "turn", "turn": self.turn, "task": self.task,
-                        "workdir": self.root})  # fmt: skip
-            self.history.tasks[self.turn] = self.task
-        self.write({"event": "changes", "turn": self.turn, "changes": lines})
+        self.write({"event": "changes", "turn": self.turn, "changes": lines})  # its turn: marked
+        self.recorded_changes = True
         for path, before, after in lines:
             kind = "deleted" if after is None else "created" if before is None else "changed"
             if self.on_change and (after or before)["type"] != "dir":  # a folder's mode: no news
@@ -670,6 +839,9 @@ class Recorder:
         self.held.close()
         if self.watcher:
             self.watcher.close()
+        if self.made_journal and not self.recorded_changes and not self.given_up:
+            with contextlib.suppress(OSError):  # only marks of steps that changed nothing
+                (self.folder / JOURNAL).unlink()
         with contextlib.suppress(OSError):  # walked, but nothing changed: no folder left
             self.folder.rmdir()
 
@@ -691,6 +863,8 @@ class History:
         self.undone: list[tuple[int, list]] = []  # (turn, [[path, taken away, restored]])
         self.events_untold: list[dict] = []
         self.last_turn = 0
+        self.incomplete: dict[int, int] = {}  # turn -> the step its record stops at
+        self.open_step: tuple[int, int] | None = None  # (turn, step) begun, not yet recorded
 
     @classmethod
     def read(cls, folder: Path) -> History:
@@ -717,13 +891,30 @@ class History:
                 raise BadStore(f"line {number} of its journal lacks the field {error}") from None
             except (TypeError, ValueError, IndexError) as error:
                 raise BadStore(f"line {number} of its journal: {error}") from None
+        history.close_step()  # a step begun and never recorded: the record stops there
         return history
+
+    def close_step(self) -> None:
+        if self.open_step:
+            turn, step = self.open_step
+            self.incomplete.setdefault(turn, step)
+            self.open_step = None
 
     def apply(self, line: dict) -> None:
         event = line["event"] if isinstance(line, dict) else None
         if event == "store":
             self.workdir = checked_workdir(line["workdir"])
+        elif event == "step":  # its tools are about to run; the steps before are recorded
+            turn, step = checked_number(line["turn"]), checked_number(line["step"])
+            if self.open_step and self.open_step[0] != turn:
+                self.close_step()  # the agent stopped before that turn's record ended
+            self.open_step = (turn, step)
+            self.last_turn = max(self.last_turn, turn)
+        elif event == "recorded":
+            checked_number(line["turn"])
+            self.open_step = None
         elif event == "turn":
+            self.close_step()
             turn = checked_number(line["turn"])
             self.tasks[turn] = checked_text(line["task"])
             if "workdir" in line:
@@ -855,44 +1046,75 @@ def take_back(
     how_to_force: str,
     workdirs: list[str],
     name: str,
+    events,
 ) -> bool:
     """--undo or --redo (action "undo" or "redo") of the conversation name whose store is
-    folder and whose transcript recorded workdirs, said one line per file; False, with the line
-    that says why, if nothing was done."""
+    folder and whose transcript recorded workdirs, told to events (minimal_agent/events.py)
+    one line per file; False, with the line that says why, if nothing was done."""
+    say = events.notice
     try:
         turn, task, lines = (undo if action == "undo" else redo)(folder, force, workdirs)
     except NothingToDo as error:
-        display.say(f"nothing to {action}: {error}")
+        say(f"nothing to {action}: {error}")
         return False
     except BadStore as error:
-        display.say(
+        say(
             f"not {action}ne: the undo record of the conversation {name} does not check out "
             f"({error}); nothing was changed"
         )
         return False
     except Conflict as error:
         if error.through_links:
-            display.say(
+            say(
                 f"not {action}ne: a folder on the way to {', '.join(error.paths)} is now a link "
                 "(or a file), and nothing is written through a link; nothing was restored. Put "
                 f"the folder back (or move what is there away) and {action} again"
             )
             return False
         again = how_to_force.split()[0].replace(action, "redo" if action == "undo" else "undo")
-        display.say(
+        say(
             f"not {action}ne: changed since (by you, an editor or another program), and "
             f"{action}ing would overwrite it: {', '.join(error.paths)}; nothing was restored. "
             f"To {action} anyway: {how_to_force} (what it overwrites is kept: {again} puts it "
             "back)"
+            + "".join(f"; {line}" for line in incomplete_lines(History.read(Path(folder)), 0))
         )
         return False
     except OSError as error:
         where = f" ({error.filename})" if error.filename else ""
-        display.say(f"{action} stopped: {error.strerror or error}{where}; what was restored "
+        say(f"{action} stopped: {error.strerror or error}{where}; what was restored "
                     "before it stays, and the journal was not changed")  # fmt: skip
         return False
-    display.show_restored(action.replace("do", "did"), turn, task, lines)
-    return True
+    history = History.read(Path(folder))
+    short = incomplete_lines(history, turn) if action == "undo" else []
+    partly = "partly " if action == "undo" and turn in history.incomplete else ""
+    say(f"{partly}{action.replace('do', 'did')} turn {turn} ({one_line(task, 60)}):")
+    for line in lines + short:
+        say(f"  {line}")
+    return not short
+
+
+def incomplete_lines(history: History, turn: int) -> list[str]:
+    """For --undo of turn (0: none could be): a line for it and for each later turn whose
+    record stops short (a full disk, the agent killed mid-step), whose changes from there on
+    stay as they are."""
+    return [
+        f"not undone: what turn {late} changed from step {step} on: its record is incomplete "
+        "(the disk was full, or the agent was stopped); check those files yourself"
+        for late, step in sorted(history.incomplete.items()) if late >= turn
+    ]  # fmt: skip
+
+
+def has_turn_to(folder: Path, action: str) -> bool:
+    """Whether the store folder holds a turn to undo (action "undo") or to redo; a store that
+    does not check out counts, so that taking it back says why it cannot."""
+    if not folder.is_dir():
+        return False
+    try:
+        history = History.read(folder)
+    except BadStore:
+        return True
+    return bool(history.done if action == "undo" else history.undone)
 
 
 def undo(folder, force: bool = False, workdirs: list[str] = ()) -> tuple[int, str, list[str]]:
@@ -901,7 +1123,11 @@ def undo(folder, force: bool = False, workdirs: list[str] = ()) -> tuple[int, st
     force; NothingToDo if no turn is left; BadStore if the store does not check out."""
     history = History.read(Path(folder))
     if not history.done:
-        raise NothingToDo("no turn of this conversation changed a file that is not undone yet")
+        short = incomplete_lines(history, 0)
+        raise NothingToDo(
+            "no turn of this conversation changed a file that is not undone yet"
+            + "".join(f"; {line}" for line in short)
+        )
     turn = history.done[-1]
     changes = history.changes[turn]
     expected = {path: after for path, (before, after) in changes.items()}
@@ -962,6 +1188,9 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
     journal says what each path held and holds now, so that the opposite can put it back.
     Returns one line per path."""
     folder = Path(folder)
+    # Opened first: a journal that cannot be opened (a link in its place) stops it before
+    # anything changes, not after.
+    journal = files.open_record(folder / JOURNAL)
     blobs = Blobs(folder)
     try:
         for entry in wanted.values():  # every content it needs is there: checked first
@@ -983,13 +1212,13 @@ def restore(folder, root: str, event: str, turn: int, expected: dict, wanted: di
         lost = {p for p, e in wanted.items() if e and e["type"] == "file" and e["hash"] is None}
         now = {path: found[path] if path in lost else wanted[path] for path in wanted}
         put_back(root, now, found, blobs)
+        took = [[path, found[path], now[path]] for path in sorted(wanted)]
+        paths = [path for path in sorted(wanted) if path not in lost]
+        line = {"event": event, "turn": turn, "took": took, "paths": paths}
+        files.append_whole(journal, (json.dumps(line) + "\n").encode("ascii"))
     finally:
         blobs.close()
-    took = [[path, found[path], now[path]] for path in sorted(wanted)]
-    paths = [path for path in sorted(wanted) if path not in lost]
-    with open(folder / JOURNAL, "a", encoding="ascii") as journal:
-        line = {"event": event, "turn": turn, "took": took, "paths": paths}
-        journal.write(json.dumps(line) + "\n")
+        journal.close()
     return describe(took, {path: wanted[path] for path in sorted(lost)})
 
 

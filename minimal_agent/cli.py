@@ -6,9 +6,13 @@ ended to the exit code."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
+import select
+import stat
 import sys
+from pathlib import Path
 
 from minimal_agent import (
     added_tools,
@@ -26,11 +30,13 @@ from minimal_agent import (
     wire,
     wire_page,
 )
-from minimal_agent.context_window import Window, compact_at_setting, split_transcript
+from minimal_agent.context_window import Window, split_transcript
 from minimal_agent.errors import AgentError, UsageError, describe_api_error, without_key
 from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
+from minimal_agent.settings import Settings, no_price, parsed, sessions_folder
+from minimal_agent.text import visible
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
 from minimal_agent.window_probe import find_window, is_deepseek
 
@@ -40,7 +46,7 @@ DEMO_TASK = (
     "Create a file tool_demo.py containing print(17 * 23), read it back, run it with "
     f"{PYTHON}, and tell me the real output."
 )
-EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4}
+EXIT_CODES = {"finished": 0, "max_steps": 3, "budget": 3, "incomplete": 4, "refused": 5}
 
 
 def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> int:
@@ -54,93 +60,104 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     if argv is None:
         exit_without_collecting()
     never_fail_on_output()
-    if installed:
-        lesson.model_client.CONFIG_FILE = str(sessions.config_file())
     parser = build_parser(lesson, installed)
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
-    args.workdir_given = args.workdir is not None  # -c and -r go on in their own otherwise
-    args.workdir = args.workdir or default_workdir(lesson, installed)
-    if args.show or args.html:
-        return show_saved(parser, args, lesson.model_client)
-    processes.exit_on_termination()
-    # What happens, told to the readers --json and --json-events ask for (on stdout).
+    processes.exit_on_termination()  # after --help, which loads no signal handling
+    # The installed command reads the user's own settings file; the lesson, the one beside it.
+    config_file = str(sessions.config_file() if installed else lesson.model_client.CONFIG_FILE)
+    # What happens, told to the terminal and to the readers --json and --json-events ask for
+    # (on stdout).
     stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
+    stream.subscribe(display.Terminal())
+    if args.show or args.html:
+        return show_saved(parser, args, lesson.model_client, config_file, stream)
     code = 1
     try:
         with events.answers_on_stderr(args.json or args.json_events):
-            code = run_session(lesson, parser, args, installed, stream, outcome)
+            code = run_session(lesson, parser, args, installed, config_file, stream, outcome)
     except SystemExit as end:  # a usage error, or a termination signal's handler
         code = end.code if isinstance(end.code, int) else 1
         outcome.error = outcome.error or parser.mistake
         raise
     finally:
+        if argv is None:  # the program
+            processes.ignore_late_signals()
+        else:  # called by a console, a debugger, a test
+            processes.ctrl_c_given_back()
         stream.emit("end", **events.end_record(outcome, code))
     return code
 
 
 def run_session(
-    lesson, parser, args: argparse.Namespace, installed: bool, stream: events.Events,
-    outcome: events.Outcome,
+    lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
+    stream: events.Events, outcome: events.Outcome,
 ) -> int:  # fmt: skip
-    """The run main() starts, from the settings to the exit code; outcome keeps its session
-    and result, and stream gets its events, the errors' lines among them."""
+    """The run main() starts, from the settings (read from config_file) to the exit code:
+    --sessions, --undo or --redo, or a conversation; outcome keeps its session and result,
+    and stream gets its events, the errors' lines among them. args is not changed: what is
+    made of it (the workdir, the transcript, chat or not) is kept apart."""
     agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
+    chat = args.chat
+    workdir = args.workdir or default_workdir(lesson, installed)
+    settings_before = sessions.settings_state(config_file)
     try:
-        config = model_client.load_config()
+        config = model_client.load_config(config_file)
+        stream.key = config["api_key"]
         if args.sessions:
-            return until_the_reader_stops(list_sessions, config)
+            return display.until_the_reader_stops(list_sessions, config)
         agent.check_tools()
         check_options(parser, args, model_client.odd_character)
         if args.undo or args.redo:
-            return take_back(args, config)
-        moved = resumed_workdir(args, config, args.workdir_given)
-        check_paths(args)
+            return take_back(args, workdir, config, stream)
+        place = resumed_workdir(args, config, workdir)
+        check_paths(place.workdir, args.workdir is not None, args.save)
         model = args.model or config["model"]
-        check_budget(parser, args, config, model)
+        check_budget(parser, args, config, model)  # a usage error (exit 2) comes first
         if args.replay:
-            client = ReplayClient(args.replay, notify=display.say)
+            client = ReplayClient(args.replay, notify=stream.notice)
             source = f"replaying {args.replay} (no model is asked; tools run for real)"
         else:
             client = model_client.create_client(config, timeout=args.request_timeout)
             check_retired(model, config)
             source = f"model {model} at {config['base_url']}"
-        pass_env = processes.pass_env_names(config["api_key"], config["LLM_PASS_ENV"])
-        limits = processes.sandbox_limits(config["LLM_SANDBOX_LIMITS"])
-        private = private_paths(str(model_client.CONFIG_FILE), installed, config)
+        settings = parsed(config, args, installed)
         if args.sandbox:
-            processes.check_sandbox(args.workdir, limits, private)
+            make_private_folders(settings, installed)
+        private = private_paths(settings, installed)
+        if args.sandbox:
+            processes.check_sandbox(place.workdir, settings.sandbox_limits, private)
         sandboxed = "; shell commands run in a sandbox" if args.sandbox else ""
-        own = " (the conversation's own)" if args.transcript and not args.workdir_given else ""
-        display.say(f"{source}; workdir {args.workdir}{own}{sandboxed}")
-        if moved:
-            display.say(moved)
-        say_private_inside(args.workdir, private)
-        args.daily_tools = daily_tools_on(config, installed)
-        session = outcome.session = open_session(
-            agent, args, config, model, pass_env, private, limits, stream
-        )
+        own = " (the conversation's own)" if place.own else ""
+        stream.notice(f"{source}; workdir {place.workdir}{own}{sandboxed}")
+        if place.note:
+            stream.notice(place.note)
+        say_private_inside(place.workdir, private, stream)
+        session = outcome.session = open_session(agent, args, settings, place, private, stream)
         task = " ".join(args.task).strip() or (args.replay and client.task())
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
-        args.chat = args.chat or (installed and not task and sys.stdin.isatty())
-        task = task or task_from_stdin(parser, args)  # with --chat, chat() asks for it
-        result = outcome.result = (agent.chat if args.chat else agent.run)(
+        chat = args.chat or (installed and not task and sys.stdin.isatty())
+        task = task or task_from_stdin(parser, args, chat, stream)  # chat() asks for it
+        result = outcome.result = (agent.chat if chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
         )
     except KeyboardInterrupt:
-        display.say("interrupted")
-        return stopped(session, args, 130)
+        stream.notice("interrupted")
+        return stopped(session, args, chat, 130)
     except AgentError as error:  # it may quote what the server sent: never with the key
         failed(stream, without_key(str(error), config.get("api_key")))
-        return stopped(session, args, error_exit_code(error))
+        return stopped(session, args, chat, error_exit_code(error))
     except OSError as error:
         failed(stream, without_key(str(error), config.get("api_key")))
-        return stopped(session, args, 1)
+        return stopped(session, args, chat, 1)
     except ModuleNotFoundError as error:  # started with a Python that lacks the packages
         failed(stream, missing_package(error))
         return 1
     except Exception as error:
+        if processes.ENDING:  # a signal's exception that the code it hit turned into another
+            stream.notice("interrupted")  # (pydantic's schema building makes it a SchemaError)
+            return stopped(session, args, chat, 128 + processes.ENDING[0])
         if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
             raise
         save = session and session.transcript and session.transcript.path
@@ -149,19 +166,26 @@ def run_session(
         message = describe_api_error(error, config, timeout=args.request_timeout, **context)
         if message is None:
             stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
-            return report_bug(save, config.get("api_key"))
+            return report_bug(save, config.get("api_key"), stream)
         failed(stream, message)
-        return stopped(session, args, 1)
+        return stopped(session, args, chat, 1)
     finally:
         if session:
             session.close()
+            say_settings_changed(config_file, settings_before, stream)
     say_where_saved(session, args)
+    if session.lost or session.user.prompt.lost:  # a record given up, said when it happened
+        return 1
+    if result["stop_reason"] == "finished" and session.refused:
+        # Calls that needed an approval nobody could give (each said so where it was
+        # refused): the model may say the work is done, but for a script it is no success.
+        return EXIT_CODES["refused"]
     return EXIT_CODES[result["stop_reason"]]
 
 
 def failed(stream: events.Events, message: str) -> None:
     """An error's one line on stderr ("stopped: ..." as it is), and for the events' readers."""
-    display.say(message if message.startswith("stopped:") else f"error: {message}")
+    stream.notice(message if message.startswith("stopped:") else f"error: {message}")
     stream.emit("error", error=message)
 
 
@@ -174,16 +198,21 @@ def error_exit_code(error: AgentError) -> int:
 
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
-    config_file = lesson.model_client.CONFIG_FILE if installed else "config.env beside agent.py"
+    config_file = sessions.config_file() if installed else "config.env beside agent.py"
+    tools = "read_file, write_file and run_shell"
+    if installed:
+        tools = "read_file, write_file, run_shell, edit_file, search and list_files (the "
+        tools += "last three unless LLM_DAILY_TOOLS=0)"
     parser = Parser(
         prog="minimal-agent" if installed else "agent.py",
         usage="%(prog)s [options] [TASK ...]",  # the options are listed below it, once
-        description="A minimal LLM agent: the model calls read_file, write_file and run_shell "
-        "in a workdir until the task is done. Without a TASK it reads one from piped stdin, "
-        "or on a terminal runs the lesson's demo task (minimal-agent: opens a chat). Every "
-        "conversation is saved, so it can be resumed (-c, -r, --sessions).",
+        description=f"A minimal LLM agent: the model calls {tools} in a workdir until the "
+        "task is done. Without a TASK it reads one from piped stdin, or on a terminal runs the "
+        "lesson's demo task (minimal-agent: opens a chat). Every conversation is saved, so it "
+        "can be resumed (-c, -r, --sessions).",
         epilog="Exit codes: 0 finished, 1 error, 2 bad usage, 3 step limit or budget reached, "
-        f"4 the answer is cut off or empty, 130 interrupted. Settings ({config_file}, or the "
+        "4 the answer is cut off or empty, 5 finished but calls were refused for want of an "
+        f"approval nobody could give, 130 interrupted. Settings ({config_file}, or the "
         "environment, which wins): LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_MAX_TOKENS, "
         "LLM_CURRENCY, LLM_PRICE_INPUT, LLM_PRICE_CACHED_INPUT, LLM_PRICE_OUTPUT, LLM_MAX_COST, "
         "LLM_SESSIONS_DIR, LLM_CONTEXT_TOKENS, LLM_COMPACT_AT, LLM_CONFIRM_WRITES, LLM_THINKING, "
@@ -353,7 +382,7 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         "--undo",
         action="store_true",
         help="put the workdir back as it was before the last turn of its latest conversation "
-        "(-r ID: of that one); again: one more turn back",
+        "that changed files (-r ID: of that one); again: one more turn back",
     )
     add("--redo", action="store_true", help="put back what the last --undo took away")
     add(
@@ -456,13 +485,6 @@ def check_retired(model: str, config: dict) -> None:
         raise AgentError(retired)
 
 
-def no_price(model: str, budget: str) -> str:
-    return (
-        f"{budget} needs the model's price, and {model} has none known: set LLM_PRICE_INPUT and "
-        "LLM_PRICE_OUTPUT (per million tokens) for it"
-    )
-
-
 def looks_like_a_file(word: str) -> bool:
     """Whether the first word after -c names a transcript (the old `--continue FILE` syntax): a
     file that exists, or one word ending in .jsonl (a typo of one would else become the task)."""
@@ -475,44 +497,60 @@ def default_workdir(lesson, installed: bool) -> str:
     return os.getcwd() if installed else lesson.WORKDIR
 
 
-def resumed_workdir(args: argparse.Namespace, config: dict, given: bool) -> str | None:
-    """-c or -r: the conversation's transcript found (args.transcript; None for a new one),
-    and the workdir it goes on in: the one it recorded last, unless --workdir names another
-    (given); then the line that says its history was about the other folder is returned."""
-    args.transcript = None
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where a run works: its workdir, the transcript it goes on with (None: a new
+    conversation), whether that workdir is the one the transcript recorded (own), and the
+    line that says its history was about another folder (note), or None."""
+
+    workdir: str
+    transcript: Path | None = None
+    own: bool = False
+    note: str | None = None
+
+
+def resumed_workdir(args: argparse.Namespace, config: dict, workdir: str) -> Place:
+    """-c or -r: the conversation's transcript found, and the workdir it goes on in: the one
+    it recorded last, unless --workdir names another or the transcript is not among the
+    user's saved ones (a file anyone may have written chooses no folder); a new
+    conversation: workdir."""
     if not (args.continue_last or args.resume):
-        return None
+        return Place(workdir)
     folder = sessions_folder(config)
     if args.resume:
-        args.transcript = sessions.resolve(args.resume, folder)
+        transcript = sessions.resolve(args.resume, folder)
     else:
-        args.transcript = sessions.latest_for(args.workdir, folder)
-        if args.transcript is None:
+        transcript = sessions.latest_for(workdir, folder)
+        if transcript is None:
             raise AgentError(
-                f"there is no saved conversation of the workdir {args.workdir} (in {folder}) to "
+                f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
                 "continue: start one with a task; --sessions lists the saved ones"
             )
-    recorded = sessions.recorded_workdirs(args.transcript)
+    recorded = sessions.recorded_workdirs(transcript)
     if not recorded:  # an older transcript: the workdir as given
-        return None
-    if not given:
-        args.workdir = recorded[-1]
-        return None
-    if os.path.normcase(os.path.realpath(args.workdir)) == os.path.normcase(recorded[-1]):
-        return None
-    return (
+        return Place(workdir, transcript)
+    if args.workdir is None and sessions.saved_in(transcript, folder):
+        return Place(recorded[-1], transcript, own=True)  # -c and -r go on in their own
+    if os.path.normcase(os.path.realpath(workdir)) == os.path.normcase(recorded[-1]):
+        return Place(workdir, transcript)
+    if args.workdir is None:
+        return Place(workdir, transcript, note=(
+            f"note: {transcript} is not among your saved conversations (in {folder}), so "
+            f"the workdir it names, {recorded[-1]}, is not used: the tools act in "
+            f"{workdir} (--workdir DIR chooses another)"
+        ))  # fmt: skip
+    return Place(workdir, transcript, note=(
         f"note: this conversation's history is about the workdir {recorded[-1]}; its tools "
-        f"now act in {args.workdir} (--workdir)"
-    )
+        f"now act in {workdir} (--workdir)"
+    ))  # fmt: skip
 
 
-def check_paths(args: argparse.Namespace) -> None:
+def check_paths(workdir: str, given: bool, save: str | None) -> None:
     """Refuse a --workdir or --save that cannot work, naming the option, before any request.
     A --workdir given that does not exist is a mistyped one (exit 2); only a default is made."""
-    workdir, save = args.workdir, args.save
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise AgentError(f"--workdir {workdir} is a file, not a folder: give a folder")
-    if not os.path.exists(workdir) and args.workdir_given:
+    if not os.path.exists(workdir) and given:
         nearest = os.path.abspath(workdir)
         while not os.path.exists(nearest):
             nearest = os.path.dirname(nearest)
@@ -544,45 +582,39 @@ def check_paths(args: argparse.Namespace) -> None:
 
 
 def open_session(
-    agent,
-    args: argparse.Namespace,
-    config: dict,
-    model: str,
-    pass_env: frozenset[str],
-    private: list[str],
-    limits: dict,
-    stream: events.Events | None = None,
-) -> Session:
+    agent, args: argparse.Namespace, settings: Settings, place: Place, private: list[str],
+    stream: events.Events,
+) -> Session:  # fmt: skip
     """The session for this start: a new conversation saved in the sessions folder (or
     --save's file, or nowhere), or a saved one to resume; prices, budget and window set.
-    agent is the lesson's module (see main()); pass_env, what commands get anyway; private,
-    the user's own paths out of the tools' reach; limits, the sandbox's; stream, where the
-    session's events go."""
-    try:
-        prices = cost.prices_for(model, config)
-    except cost.PriceError as error:
-        raise AgentError(str(error)) from None
-    max_cost = args.max_cost or money_setting(config, "LLM_MAX_COST")
-    if max_cost and not prices:
-        raise AgentError(no_price(model, "--max-cost" if args.max_cost else "LLM_MAX_COST"))
-    workspace = agent.Workspace(args.workdir, args.timeout, args.yes, args.sandbox)
-    workspace.key, workspace.pass_env = config["api_key"], pass_env  # kept from commands
-    workspace.private, workspace.sandbox_limits = private, limits  # before AGENTS.md is read
-    workspace.confirm_writes = args.confirm_writes or yes_setting(config, "LLM_CONFIRM_WRITES")
-    if args.daily_tools:
+    agent is the lesson's module (see main()); private, the user's own paths out of the tools'
+    reach; stream, where the session's events go."""
+    folder = settings.sessions_folder
+    typed = None if args.no_save else sessions.history_file(folder)
+    workspace = agent.Workspace(
+        place.workdir,
+        args.timeout,
+        args.yes,
+        args.sandbox,
+        confirm_writes=settings.confirm_writes,
+        key=settings.api_key,  # kept from commands
+        pass_env=settings.pass_env,
+        private=private,
+        sandbox_limits=settings.sandbox_limits,
+        user=display.TerminalUser(Prompt(typed, settings.api_key, stream.notice)),
+        events=stream,
+    )
+    if settings.daily_tools:
         daily_tools.add_to(workspace, agent.TOOL_MAP)
-    user_settings = settings_json.user_file(str(agent.model_client.CONFIG_FILE))
+    user_settings = settings_json.user_file(str(settings.config_file))
     settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
-        save, history, compaction = resumed(args)
+        save, history, compaction = resumed(place.transcript, stream)
     elif not (args.no_save or args.replay or save):
-        save = sessions.new_transcript(sessions_folder(config))
-    max_tokens = args.max_tokens or max_tokens_setting(config)
-    typed = None if args.no_save else sessions.history_file(sessions_folder(config))
-    server = None if args.replay else config
+        save = sessions.new_transcript(folder)
     tools = added_tools.offered(agent.TOOLS, workspace.added_tools)
-    window = context_window(config, model, max_tokens, server, tools)
+    window = context_window(settings, not args.replay, tools)  # --replay: no server
     if compaction:
         try:
             window.restore(compaction, history)
@@ -591,47 +623,42 @@ def open_session(
     return Session(
         agent.SYSTEM_PROMPT,
         workspace,
-        model=model,
+        model=settings.model,
         history=history,
         save=save,
-        sessions_folder=sessions_folder(config),
+        sessions_folder=folder,
         stream=streaming(args),
         raw=args.raw,
-        max_tokens=max_tokens,
-        thinking=args.thinking or choice_setting(config, "LLM_THINKING", ("on", "off")),
-        effort=args.effort or choice_setting(config, "LLM_EFFORT", completions.EFFORTS),
-        prices=prices,
-        max_cost=max_cost,
+        max_tokens=settings.max_tokens,
+        thinking=settings.thinking,
+        effort=settings.effort,
+        prices=settings.prices,
+        max_cost=settings.max_cost,
         window=window,
         describe=functools.partial(
-            describe_api_error, config=config, model=model, timeout=args.request_timeout, save=save
-        ),
-        events=stream,
-        prompt=Prompt(typed, config["api_key"]),  # --no-save: no history of typed lines
+            describe_api_error,
+            config=settings.config,
+            model=settings.model,
+            timeout=args.request_timeout,
+            save=save,
+        ),  # fmt: skip
         replayed=bool(args.replay),
     )
 
 
-def context_window(
-    config: dict, model: str, max_tokens: int | None, server: dict | None, tools: list[dict]
-) -> Window:
+def context_window(settings: Settings, server: bool, tools: list[dict]) -> Window:
     """The context window's keeper: its size from LLM_CONTEXT_TOKENS, else asked from the
     server (in the background; not for --replay, which has none), else known models."""
-    settings = {"context_tokens": config.get("LLM_CONTEXT_TOKENS"), "model": model}
+    probed = {"context_tokens": settings.context_tokens, "model": settings.model}
     if server:
-        settings.update(base_url=server["base_url"], api_key=server["api_key"])
-    try:
-        size = find_window(settings)
-        compact_at = compact_at_setting(config.get("LLM_COMPACT_AT"))
-    except ValueError as error:
-        raise AgentError(str(error)) from None
-    return Window(size, compact_at=compact_at, max_tokens=max_tokens, tools=tools)
+        probed.update(base_url=settings.base_url, api_key=settings.api_key)
+    return Window(find_window(probed), compact_at=settings.compact_at,
+                  max_tokens=settings.max_tokens, tools=tools)  # fmt: skip
 
 
-def resumed(args: argparse.Namespace) -> tuple:
-    """-c or -r: the transcript's path, its messages (checked before anything is sent or
-    added), and its last compaction record (or None)."""
-    path = args.transcript  # found by resumed_workdir
+def resumed(path: Path, stream: events.Events) -> tuple:
+    """-c or -r: the transcript's path (found by resumed_workdir), its messages (checked
+    before anything is sent or added), and its last compaction record (or None)."""
     sessions.check_not_in_use(path)  # first: a live agent's last line may be half written
     try:
         lines = transcript_lines(path)
@@ -642,14 +669,14 @@ def resumed(args: argparse.Namespace) -> tuple:
         history, compaction = split_transcript([entry for _, entry in lines])
     except ValueError as error:
         raise AgentError(f"{path}: {error}") from None
-    display.say(f"continuing the conversation in {path} ({len(history)} messages)")
+    stream.notice(f"continuing the conversation in {path} ({len(history)} messages)")
     return str(path), history, compaction
 
 
-def stopped(session: Session | None, args: argparse.Namespace, exit_code: int) -> int:
+def stopped(session: Session | None, args: argparse.Namespace, chat: bool, exit_code: int) -> int:
     """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
     and how to go on are said, as after a run that ended well; returns exit_code."""
-    if session and not args.replay and session.stopped(args.chat):  # replies replayed cost nothing
+    if session and not args.replay and session.stopped(chat):  # replies replayed cost nothing
         say_where_saved(session, args)
     return exit_code
 
@@ -659,23 +686,18 @@ def say_where_saved(session, args: argparse.Namespace) -> None:
     transcript = session and session.transcript
     if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
         name = os.path.basename(transcript.path).removesuffix(".jsonl")
-        display.say(f"saved as {name}: go on with -c (the latest here) or -r {name}")
+        session.events.notice(f"saved as {name}: go on with -c (the latest here) or -r {name}")
 
 
-def take_back(args: argparse.Namespace, config: dict) -> int:
-    """--undo or --redo: in the workdir's latest conversation, or -r's; exit 1 if nothing
-    was done (the line says why)."""
+def take_back(args: argparse.Namespace, workdir: str, config: dict, stream: events.Events) -> int:
+    """--undo or --redo: in -r's conversation, or the latest of the workdir's with a turn to
+    take back (or put back); exit 1 if nothing was done (the line says why)."""
     folder = sessions_folder(config)
     action = "undo" if args.undo else "redo"
     if args.resume:
         path = sessions.resolve(args.resume, folder)
     else:
-        path = sessions.latest_for(args.workdir, folder)
-        if path is None:
-            raise AgentError(
-                f"there is no saved conversation of the workdir {args.workdir} (in {folder}), "
-                f"so nothing to {action}; -r ID names another (--sessions lists them)"
-            )
+        path = latest_to_take_back(workdir, folder, action, stream)
     store = sessions.changes_folder(path, folder)
     name = path.name.removesuffix(sessions.SUFFIX)
     if not store.is_dir():
@@ -686,14 +708,39 @@ def take_back(args: argparse.Namespace, config: dict) -> int:
     with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
         workdirs = sessions.recorded_workdirs(path)
         how = f"--{action} --force"
-        done = changes.take_back(store, action, args.force, how, workdirs, name)
+        done = changes.take_back(store, action, args.force, how, workdirs, name, stream)
     return 0 if done else 1
 
 
-def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_client) -> int:
+def latest_to_take_back(workdir: str, folder, action: str, stream: events.Events):
+    """--undo or --redo without -r: the workdir's latest conversation that has a turn to
+    undo (or redo), named when a later one has none (it only read files, say); else its
+    latest conversation, whose store then says why there is nothing to do."""
+    found = list(sessions.conversations_of(workdir, folder))
+    if not found:
+        raise AgentError(
+            f"there is no saved conversation of the workdir {workdir} (in {folder}), so "
+            f"nothing to {action}; -r ID names another (--sessions lists them)"
+        )
+    for path in found:
+        if changes.has_turn_to(sessions.changes_folder(path, folder), action):
+            if path != found[0]:
+                latest, chosen = (p.name.removesuffix(sessions.SUFFIX) for p in (found[0], path))
+                stream.notice(
+                    f"the latest conversation here, {latest}, has no turn to {action}: "
+                    f"{action}ing in {chosen}, the latest that has one (-r ID picks another)"
+                )
+            return path
+    return found[0]
+
+
+def show_saved(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, model_client,
+    config_file: str | None, stream: events.Events,
+) -> int:  # fmt: skip
     """--show ID_OR_FILE (with --wire: its requests and responses) and --html ID_OR_FILE
-    [OUT.html]: the conversation found as -r finds it, shown; exit 1 with one line if it
-    cannot be."""
+    [OUT.html]: the conversation found as -r finds it (in the sessions folder config_file's
+    settings name), shown; exit 1 with one line if it cannot be."""
     if args.show and args.html:
         parser.error("--show prints on the terminal and --html writes a page: give one of them")
     if args.html and len(args.html) > 2:
@@ -701,99 +748,83 @@ def show_saved(parser: argparse.ArgumentParser, args: argparse.Namespace, model_
             "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
         )
     try:
-        folder = sessions_folder(model_client.load_config())
+        folder = sessions_folder(model_client.load_config(config_file))
         option = "--show" if args.show else "--html"
         path = sessions.resolve(args.show or args.html[0], folder, option)
         if args.html:
             out = args.html[1] if len(args.html) > 1 else None
             page = wire_page.write_page(path, out, folder)
-            display.say(f"wrote {page}: open it in a browser")
+            stream.notice(f"wrote {page}: open it in a browser")
             return 0
         if args.wire:
-            return until_the_reader_stops(wire.show_wire, path, folder)
+            return display.until_the_reader_stops(wire.show_wire, path, folder, display.print_line)
     except AgentError as error:
-        display.say(f"error: {error}")
+        stream.notice(f"error: {error}")
         return 1
-    return until_the_reader_stops(show_transcript, str(path))
-
-
-def yes_setting(config: dict, name: str) -> bool:
-    """A setting that is on or off: 1, true, yes, on; or 0, false, no, off, unset."""
-    text = (config.get(name) or "").lower()
-    if text not in ("1", "true", "yes", "on", "0", "false", "no", "off", ""):
-        raise AgentError(f"{name} must be 1 (on) or 0 (off), not {text!r}")
-    return text in ("1", "true", "yes", "on")
-
-
-def daily_tools_on(config: dict, installed: bool) -> bool:
-    """Whether the session adds the daily tools (edit_file, search, list_files, read_file's
-    offset and limit): LLM_DAILY_TOOLS if set, else on for the installed command only."""
-    if not config.get("LLM_DAILY_TOOLS"):
-        return installed
-    return yes_setting(config, "LLM_DAILY_TOOLS")
+    return display.until_the_reader_stops(
+        show_transcript, str(path), display.print_line, stream.notice
+    )
 
 
 def list_sessions(config: dict) -> int:
     for line in sessions.sessions_report(sessions_folder(config)):
-        print(line)
+        display.print_line(line)
     return 0
 
 
-def until_the_reader_stops(show, *args) -> int:
-    """show(*args), printing on stdout; a reader that has had enough (`--sessions | head -1`)
-    ends it quietly, with exit code 0, as it ends `ls | head -1`."""
-    try:
-        code = show(*args)
-        sys.stdout.flush()
-        return code
-    except BrokenPipeError:
-        # Else Python's exit flushes the rest into the closed pipe again, and says so.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-
-
-def private_paths(config_file: str, installed: bool, settings: dict) -> list[str]:
+def private_paths(settings: Settings, installed: bool) -> list[str]:
     """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
     the installed command's config folder (with the key), or the lesson's config.env and
     settings.json (their folder is the project's), and the sessions folder. Real paths."""
-    config = os.path.dirname(config_file) if installed else config_file
-    rules = settings_json.user_file(config_file)  # beside config.env: the user's rules and hooks
-    paths = [config, sessions_folder(settings)] + ([] if installed else [rules])
+    config = os.path.dirname(settings.config_file) if installed else settings.config_file
+    rules = settings_json.user_file(str(settings.config_file))  # the user's rules and hooks
+    paths = [config, settings.sessions_folder] + ([] if installed else [rules])
     return [os.path.realpath(path) for path in paths]
 
 
-def say_private_inside(workdir: str, private: list[str]) -> None:
+def make_private_folders(settings: Settings, installed: bool) -> None:
+    """The user's own folders (the installed command's config folder, the sessions folder)
+    made, owner-only, before any sandboxed command runs, so that the sandbox covers each
+    exactly: one not there yet could be made by a command (in the home folder, a config.env
+    the next start reads), and covering the nearest folder above it may cover nothing (the
+    workdir itself)."""
+    config_folder = [os.path.dirname(settings.config_file)] if installed else []
+    for folder in [settings.sessions_folder, *config_folder]:
+        try:
+            os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError:  # then no command, run as the same user, can make it either
+            pass
+
+
+def say_settings_changed(config_file, before: list[int] | None, stream: events.Events) -> None:
+    """After a run: one line if the settings file changed during it, which the next start
+    then refuses to read until the user saves it again (a command may have written it)."""
+    try:
+        changed = sessions.note_settings_changed(config_file, before)
+    except OSError as error:
+        stream.notice(
+            f"warning: {config_file} was changed while the agent ran, and that could not be "
+            f"recorded ({error.strerror or error}): look at what it sets before the next start"
+        )
+        return
+    if changed:
+        stream.notice(
+            f"note: {config_file} was changed while the agent ran; the next start does not read "
+            "it until you look at it and save it again (or touch it)"
+        )
+
+
+def say_private_inside(workdir: str, private: list[str], stream: events.Events) -> None:
     """One line when the workdir holds the user's own folders (a workdir that is the home
     folder), so the user knows why the tools refuse them."""
     folder = os.path.realpath(workdir)
     held = [path for path in private if path != folder and files.inside(folder, path)]
     if held:
-        names = ", ".join(display.visible(os.path.relpath(path, folder)) for path in held)
-        display.say(
+        names = ", ".join(visible(os.path.relpath(path, folder)) for path in held)
+        stream.notice(
             f"the workdir holds the agent's own {names}: the tools refuse them, and sandboxed "
             "commands do not see them"
         )
-
-
-def sessions_folder(config: dict):
-    """Where conversations are saved: LLM_SESSIONS_DIR (config.env or the environment), else
-    the platform's usual place for the user's state."""
-    chosen = config.get("LLM_SESSIONS_DIR")
-    return sessions.sessions_dir({**os.environ, **({"LLM_SESSIONS_DIR": chosen} if chosen else {})})
-
-
-def money_setting(config: dict, name: str) -> float | None:
-    """A setting that is an amount of money above 0, or None when it is not set."""
-    text = config.get(name) or ""
-    if not text:
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        value = 0
-    if not 0 < value < float("inf"):
-        raise AgentError(f"{name} must be an amount above 0, such as 0.50, not {text!r}")
-    return value
 
 
 def streaming(args: argparse.Namespace) -> bool:
@@ -803,40 +834,40 @@ def streaming(args: argparse.Namespace) -> bool:
     return sys.stderr.isatty() if args.stream is None else args.stream
 
 
-def choice_setting(config: dict, name: str, choices: tuple[str, ...]) -> str | None:
-    """A setting that is one of choices (case ignored), or None when it is not set."""
-    text = (config.get(name) or "").lower()
-    if text and text not in choices:
-        raise AgentError(f"{name} must be {' or '.join(choices)}, not {config[name]!r}")
-    return text or None
-
-
-def max_tokens_setting(config: dict) -> int | None:
-    """LLM_MAX_TOKENS as a number, or None when it is not set."""
-    text = config["max_tokens"]
-    if text and not (text.isdigit() and int(text) > 0):
-        raise AgentError(f"LLM_MAX_TOKENS must be a whole number above 0, not {text!r}")
-    return int(text) if text else None
-
-
-def task_from_stdin(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+def task_from_stdin(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, chat: bool, stream: events.Events
+) -> str:
     """The task when none was given: piped stdin, or on a terminal (or IDE) the demo task.
-    With --chat, none yet: chat() asks for the first message as for every other."""
-    if args.chat:
+    In a chat, none yet: chat() asks for the first message as for every other."""
+    if chat:
         return ""
     if sys.stdin.isatty():
         if args.continue_last or args.resume:
             parser.error("-c and -r need the next message: give it as words, or add --chat")
-        display.say(f"no task given; running the demo task: {DEMO_TASK}")
+        stream.notice(f"no task given; running the demo task: {DEMO_TASK}")
         return DEMO_TASK
-    display.say(
-        "no task given, so it is read from stdin (not a terminal): type or paste it, then end "
-        "it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
-    )
+    if someone_may_type():
+        stream.notice(
+            "no task given, so it is read from stdin (not a terminal): type or paste it, then "
+            "end it with Ctrl-D (on Windows Ctrl-Z, then Enter)"
+        )
     task = sys.stdin.read().strip()
     if not task:
         parser.error("no task: give it as words, or pipe it on stdin")
     return task
+
+
+def someone_may_type() -> bool:
+    """Whether a person may be typing the task on stdin (not a terminal, as an IDE's console):
+    nothing is there to read yet. A pipe or a file that holds the task needs no typing hint."""
+    try:
+        return not select.select([sys.stdin], [], [], 0.2)[0]
+    except (OSError, ValueError):  # Windows: select takes sockets only
+        pass
+    try:
+        return not stat.S_ISREG(os.fstat(sys.stdin.fileno()).st_mode)
+    except (OSError, ValueError):  # no file at all (a test's StringIO): nobody types there
+        return False
 
 
 def exit_without_collecting() -> None:
@@ -873,15 +904,15 @@ def missing_package(error: ModuleNotFoundError) -> str:
     )
 
 
-def report_bug(save: str | None, key: str | None) -> int:
+def report_bug(save: str | None, key: str | None, stream: events.Events) -> int:
     """Called inside an except block: an error no user can cause; keep its traceback (without
     the key: an exception may quote what the server sent)."""
     import traceback
 
     for line in without_key(traceback.format_exc(), key).splitlines():  # escaped: it may quote
-        display.say(line)  # the model's words
+        stream.notice(line)  # the model's words
     transcript = f"the transcript so far is in {save}" if save else "--save FILE keeps a transcript"
-    display.say(
+    stream.notice(
         "this is a bug in the agent, not something you did: please report it on the project's "
         f"issue tracker (see the README) with the traceback above; {transcript}"
     )

@@ -9,9 +9,9 @@ import time
 import warnings
 
 from minimal_agent import reply_shapes
-from minimal_agent.display import one_line, say
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.text import one_line
 
 
 def ask(
@@ -19,7 +19,7 @@ def ask(
     messages: list[dict],
     request: dict,
     quirks: set[str],
-    warn=say,
+    warn,
     show=None,
     wire=None,
 ):
@@ -136,6 +136,12 @@ def plain(client, request: dict):  # -> openai.types.chat.ChatCompletion
         resp = client.chat.completions.create(**request)
     except json.JSONDecodeError as error:  # the SDK reads a JSON body it cannot parse
         raise AgentError(not_a_completion(client, error.doc, "JSON that is cut off")) from None
+    except (RecursionError, ValueError) as error:
+        refusal = reply_shapes.unreadable(error, "reply")
+        if refusal is None:
+            raise
+        raise refusal from None
+    reply_shapes.check_depth(resp, "reply")  # before the wire record turns it into JSON
     if not_a_chat_completion(resp):  # the SDK hands on a text body, or other JSON, as is
         body = resp if isinstance(resp, str) else json.dumps(resp, default=dumped)
         raise AgentError(not_a_completion(client, body))
@@ -169,6 +175,7 @@ def streamed(client, show, request: dict) -> tuple:  # (ChatCompletion, chunks)
     try:
         with stream:
             for chunk in stream:
+                reply_shapes.check_depth(chunk, "stream")
                 reply_shapes.check_chunk(chunk, key, len(calls.get(0, [])))
                 chunks += 1
                 usage = chunk.usage or usage  # on the finish chunk, or in a chunk of its own
@@ -189,6 +196,11 @@ def streamed(client, show, request: dict) -> tuple:  # (ChatCompletion, chunks)
         raise BrokenStream("the connection broke before the server finished the reply") from None
     except openai.APIStatusError:
         raise
+    except (RecursionError, ValueError) as error:  # an event's JSON, read by the SDK
+        refusal = reply_shapes.unreadable(error, "stream")
+        if refusal is None:
+            raise
+        raise refusal from None
     except openai.APIError as error:  # an {"error": ...} event in the stream
         said = " ".join(without_key(str(error.message), key).split())[:200]
         reported = f"the server reported an error in the middle of the reply ({said})"

@@ -32,8 +32,8 @@ import math
 import re
 from collections.abc import Callable, Mapping
 
-from minimal_agent.display import one_line, short_arguments
 from minimal_agent.replies import without_thinking
+from minimal_agent.text import one_line, short_arguments
 
 # --- Settings ---------------------------------------------------------------------------------
 

@@ -11,7 +11,6 @@ events follow from the workdir's walk)."""
 
 from __future__ import annotations
 
-import difflib
 import io
 import os
 import re
@@ -22,6 +21,7 @@ from minimal_agent import search as searching
 SOURCE = "the daily tools (LLM_DAILY_TOOLS)"
 LINES = 2_000  # lines read_file shows from offset when no limit is given
 MAX_LINE = 2_000  # characters of a line read_file shows
+MAX_EDITED = 64 * 2**20  # bytes: a larger file is not read whole into memory to be edited
 SHOWN = 20  # lines of an edit's result, and of the closest match of an old_string not found
 
 
@@ -103,14 +103,18 @@ def edit_file(ws, path: str, old_string: str, new_string: str, replace_all: bool
         diffs.review_write(ws, path, file, new_string)
         files.write_atomically(ws.folder, file, new_string)
         return f"Created {path} ({diffs.plural(line_count(new_string), 'line')})"
-    if os.path.isdir(file):
-        raise IsADirectoryError(f"{path} is a folder, not a file")
-    if not os.path.isfile(file):
+    try:  # a folder, a FIFO or a device: refused, without blocking on it
+        with files.open_regular(ws.folder, file) as handle:
+            data = handle.read(MAX_EDITED + 1)
+    except FileNotFoundError:
         raise FileNotFoundError(
             f"{path} does not exist; to create it, give an empty old_string (or use write_file)"
+        ) from None
+    if len(data) > MAX_EDITED:
+        return (
+            f"Error: {path} is over {MAX_EDITED // 2**20} MB, more than edit_file reads: change "
+            "it with a command (sed, a script) through run_shell"
         )
-    with files.open_regular(ws.folder, file) as handle:
-        data = handle.read()
     if files.looks_binary(data[:8192]):
         return f"Error: {path} is a binary file; edit_file changes text files only"
     text, encoding = decoded(data, path)
@@ -204,6 +208,8 @@ def numbered(lines: list[str], first: int) -> str:
 def not_found(text: str, old_string: str, path: str) -> str:
     """The Error of an old_string that is not in text: the lines most like it, numbered, so
     that the model can copy them exactly."""
+    import difflib  # here: only an old_string not found needs it (minimal_agent/__init__.py)
+
     said = f"Error: old_string was not found in {path}"
     if " ".join(old_string.split()) in " ".join(text.split()):
         said += " (it is there if spaces, tabs and line breaks are ignored: copy them exactly)"
@@ -244,9 +250,10 @@ def edited(path: str, new_text: str, places: list[int], old: str, new: str) -> s
 # --- search and list_files -----------------------------------------------------------------
 
 
-def search(ws, pattern: str, path: str = ".", glob: str | None = None) -> str:
+def search(ws, pattern: str, path: str | None = ".", glob: str | None = None) -> str:
     """The lines of the workdir's text files (under path; whose names match glob) that match
     the regular expression pattern, as path:line: text."""
+    path = path or "."
     try:
         re.compile(pattern)
     except re.error as error:
@@ -257,29 +264,32 @@ def search(ws, pattern: str, path: str = ".", glob: str | None = None) -> str:
     start = start_of(ws, path)
     request = {"tool": "search", "pattern": pattern, "glob": glob, **start}
     found, done = searching.run({**request, "private": ws.private, "max": searching.MAX_MATCHES})
-    lines = [f"{p}:{number}: {text}" for p, number, text in (r["match"] for r in found)]
+    matches = [f"{p}:{number}: {text}" for p, number, text in (r["match"] for r in found)]
+    lines, unshown = within(matches, ws.max_result_chars)
+    more = unshown + (done["more"] if done else 0)
     if done is None:
         lines.append(
             f"[the search was stopped after {searching.SECONDS:g} s; a pattern with nested "
             "repeats, such as (a+)+, can take for ever: make it simpler, or narrow path or glob]"
         )
-    elif done["more"]:
-        lines.append(f"[{done['more']} more matches not shown: narrow the pattern, path or glob]")
+    elif more:
+        lines.append(f"[{more} more matches not shown: narrow the pattern, path or glob]")
     if done and done["too_large"]:
         size = searching.MAX_FILE // 2**20
         lines.append(f"[{done['too_large']} files over {size} MB were not searched]")
     return "\n".join(lines) or f"No matches for {pattern!r} in {path}"
 
 
-def list_files(ws, pattern: str = "**") -> str:
+def list_files(ws, pattern: str | None = "**") -> str:
     """The workdir's files whose paths match the glob pattern, newest first."""
+    pattern = pattern or "**"
     problem = bad_glob(pattern)
     if problem:
         return problem
     found, done = searching.run(
         {
             "tool": "list_files",
-            "pattern": pattern,
+            "pattern": pattern.removeprefix("./"),  # the paths matched have no ./ before them
             **start_of(ws, "."),
             "private": ws.private,
             "max": searching.MAX_PATHS,
@@ -290,10 +300,21 @@ def list_files(ws, pattern: str = "**") -> str:
             f"Error: listing took over {searching.SECONDS:g} s (the workdir is large): narrow "
             "the pattern, such as src/**/*.py instead of **/*.py"
         )
-    lines = [record["path"] for record in found]
-    if done["more"]:
-        lines.append(f"[{done['more']} more paths not shown: narrow the pattern]")
+    lines, unshown = within([record["path"] for record in found], ws.max_result_chars)
+    if done["more"] + unshown:
+        lines.append(f"[{done['more'] + unshown} more paths not shown: narrow the pattern]")
     return "\n".join(lines) or f"No files match {pattern!r}"
+
+
+def within(lines: list[str], limit: int) -> tuple[list[str], int]:
+    """The first lines that fit in a result of limit characters (room left for the line
+    saying how many more), and how many did not."""
+    budget = limit - 300
+    for count, line in enumerate(lines):
+        budget -= len(line) + 1
+        if budget < 0:
+            return lines[:count], len(lines) - count
+    return lines, 0
 
 
 def start_of(ws, path: str) -> dict:
@@ -324,6 +345,13 @@ def schema(name: str, description: str, properties: dict, required: list[str]) -
 
 
 PATH = {"type": "string", "description": "File path, relative to the workdir."}
+
+
+def or_null(kind: str) -> list[str]:
+    """An optional parameter's type: models often send null for one they leave at its default."""
+    return [kind, "null"]
+
+
 SCHEMAS = [
     schema(
         "read_file",
@@ -331,8 +359,14 @@ SCHEMAS = [
         "come numbered (as cat -n numbers them), to aim an edit_file.",
         {
             "path": PATH,
-            "offset": {"type": "integer", "description": "The first line to read (from 1)."},
-            "limit": {"type": "integer", "description": f"How many lines (default {LINES})."},
+            "offset": {
+                "type": or_null("integer"),
+                "description": "The first line to read (from 1).",
+            },
+            "limit": {
+                "type": or_null("integer"),
+                "description": f"How many lines (default {LINES}).",
+            },
         },
         ["path"],
     ),
@@ -347,7 +381,7 @@ SCHEMAS = [
             "old_string": {"type": "string", "description": "The exact text to replace."},
             "new_string": {"type": "string", "description": "The text to put in its place."},
             "replace_all": {
-                "type": "boolean",
+                "type": or_null("boolean"),
                 "description": "Replace every occurrence (default false).",
             },
         },
@@ -360,9 +394,12 @@ SCHEMAS = [
         "files. Needs no approval.",
         {
             "pattern": {"type": "string", "description": "A regular expression."},
-            "path": {"type": "string", "description": "A folder or file to search (default .)."},
+            "path": {
+                "type": or_null("string"),
+                "description": "A folder or file to search (default .).",
+            },
             "glob": {
-                "type": "string",
+                "type": or_null("string"),
                 "description": "Only files matching this glob, such as *.py or src/**/*.ts.",
             },
         },
@@ -373,7 +410,7 @@ SCHEMAS = [
         "List the workdir's files whose paths match a glob, newest first (** matches any "
         "number of folders, none included: **/*.py finds setup.py too). Skips what .gitignore "
         "ignores and .git. Needs no approval.",
-        {"pattern": {"type": "string", "description": "A glob (default **: every file)."}},
+        {"pattern": {"type": or_null("string"), "description": "A glob (default **: every file)."}},
         [],
     ),
 ]

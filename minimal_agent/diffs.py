@@ -1,6 +1,6 @@
-"""What a write_file (or edit_file) call changes, shown before it is made: one line (`new
-file, 3 lines` or `+2 -1 lines`), and on a terminal the unified diff; with --confirm-writes the
-user is asked first. The model's result is the tool's own either way."""
+"""What a write_file (or edit_file) call changes, told before it is made: one line (`new
+file, 3 lines` or `+2 -1 lines`), and the unified diff (the terminal shows it); with
+--confirm-writes the user is asked first. The model's result is the tool's own either way."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import difflib
 import os
 import time
 
-from minimal_agent import changes, display, files
+from minimal_agent import changes, files
+from minimal_agent.text import visible
 
 MAX_COMPARED = 1024 * 1024  # bytes: a larger file is said rewritten, not compared line by line
 MAX_PAIRS = 200_000  # equal-line pairs the comparison may weigh: each step of it stays short
@@ -18,8 +19,8 @@ CONTEXT = 3  # unchanged lines around each change in the diff, as `diff -u` show
 
 
 def review_write(ws, path: str, file: str, content: str | bytes) -> None:
-    """Show what writing content to file (path, as the model gave it) changes; with
-    ws.confirm_writes ask first: PermissionError if the user says no, or nobody can. A path
+    """Tell ws.events what writing content to file (path, as the model gave it) changes; with
+    ws.confirm_writes ask ws.user first: PermissionError if the user says no, or nobody can. A path
     that is a link is named with what it leads to; a file in a .git folder is refused (see
     files.refuse_git). The old content is read as read_file reads (files.open_regular): a
     FIFO, a device or a socket is refused at once instead of blocking the agent."""
@@ -31,12 +32,13 @@ def review_write(ws, path: str, file: str, content: str | bytes) -> None:
     new = content if isinstance(content, bytes) else content.encode("utf-8", "replace")
     summary, lines = change(old, new, real.replace(os.sep, "/"))
     if ws.confirm_writes:
-        if not display.write_approved(ws, shown, summary, lines):
+        if not ws.user.approves_write(shown, summary, lines):
             raise PermissionError(
                 "the user did not approve this write, so the file was not written (it is as it was)"
             )
     else:
-        display.show_change(f"{display.visible(shown)}: {summary}" if linked else summary, lines)
+        ws.events.notice(f"      {visible(shown)}: {summary}" if linked else f"      {summary}")
+        ws.events.emit("diff", lines=lines, everywhere=False)
 
 
 def existing(folder: str, file: str) -> bytes | None:
@@ -168,28 +170,30 @@ def plural(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
 
 
-def show_last_turn(folder) -> None:
-    """/diff: what the last turn in force changed, file by file (folder: its changes store)."""
+def show_last_turn(folder, events) -> None:
+    """/diff: what the last turn in force changed, file by file (folder: its changes store),
+    told to events (minimal_agent/events.py)."""
+    say = events.notice
     found = changes.last_turn_changes(folder) if folder else None
     if not found:
-        display.say("/diff: no turn of this conversation changed a file (or all are undone)")
+        say("/diff: no turn of this conversation changed a file (or all are undone)")
         return
     turn, paths = found
-    display.say(f"turn {turn} changed {plural(len(paths), 'path')}:")
+    say(f"turn {turn} changed {plural(len(paths), 'path')}:")
     for path, (before, after) in sorted(paths.items()):
         kinds = {(before or {}).get("type"), (after or {}).get("type")} - {None}
         if kinds != {"file"}:
             what = "folder" if "dir" in kinds else "link"
             said = "made" if before is None else "removed" if after is None else "changed"
-            display.say(f"  {what} {said}: {path}")
+            say(f"  {what} {said}: {path}")
             continue
         old = None if before is None else changes.content(folder, before)
         new = b"" if after is None else changes.content(folder, after)
         if (before and old is None) or new is None:
-            display.say(f"  {path}: not kept (over {changes.MAX_KEPT // 2**20} MB)")
+            say(f"  {path}: not kept (over {changes.MAX_KEPT // 2**20} MB)")
         elif after is None:
-            display.say(f"  deleted: {path}")
+            say(f"  deleted: {path}")
         else:
             summary, lines = change(old, new, path)
-            display.say(f"  {path}: {summary}")
-            display.show_diff(lines)
+            say(f"  {path}: {summary}")
+            events.emit("diff", lines=lines, everywhere=True)

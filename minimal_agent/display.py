@@ -1,5 +1,7 @@
-"""The terminal display: step lines, the waiting counter, streamed thinking and text, the final
-answer, the approval prompt and the --chat hint (minimal_agent/prompt.py reads the messages).
+"""The terminal view: one reader of the session's events (Terminal) that shows them as step
+lines, the waiting counter, streamed thinking and text, diffs, a command's output as it runs,
+the totals and the final answer; and the terminal's side of the user (TerminalUser): the
+approval prompts, and the --chat prompt (minimal_agent/prompt.py reads the messages).
 
 Everything but the final answer goes to stderr, so stdout stays clean for pipes.
 """
@@ -8,10 +10,22 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import sys
 import time
+from typing import NoReturn
+
+from minimal_agent.cost import money
+from minimal_agent.events import Events
+from minimal_agent.prompt import Prompt
+from minimal_agent.text import (
+    columns_of,
+    columns_taken,
+    fitting,
+    one_line,
+    short_arguments,
+    visible,
+)
 
 
 def say(text: str, paint: str = "") -> None:
@@ -27,60 +41,144 @@ def say(text: str, paint: str = "") -> None:
         said_since_step["rows"] += rows_taken(shown[:65536], screen_size()[1])
 
 
-def show_call(step: int, call: dict) -> None:
-    name = one_line(call["function"]["name"], 60)  # the model's: any length, any character
-    said_since_step["rows"] = 0
-    say(f"[{step}] {name}({short_arguments(call['function']['arguments'])})")
+class Terminal:
+    """The terminal's reader of the session's events (minimal_agent/events.py): each kind it
+    shows has its method, on_<kind>, called with the event's fields; the rest it ignores."""
+
+    def __init__(self) -> None:
+        self.request = contextlib.ExitStack()  # the waiting counter while a request runs
+        self.show = None  # what shows the streamed pieces of the reply awaited
+        self.streamed = False  # a piece of it is on the screen
+        self.command = contextlib.ExitStack()  # a running command's last lines
+        self.take = None  # what takes its output, where it is drawn
+
+    def __call__(self, kind: str, fields: dict) -> None:
+        shown = getattr(self, f"on_{kind}", None)
+        if shown:
+            shown(**fields)
+
+    def on_notice(self, text: str) -> None:
+        if self.streamed:  # a line of its own between streamed pieces: what comes next is
+            self.show("note", text)  # labelled anew
+            self.streamed = False
+        else:
+            say(text)
+
+    def on_chat(self) -> None:
+        """How a --chat session goes on and ends, said once at its start on a terminal."""
+        if sys.stdin.isatty():
+            say(
+                "chat: type a message after each '> ' (a pasted block of lines is one message; "
+                "/help lists the commands); /exit, an empty line or Ctrl-D ends the session"
+            )
+
+    def on_waiting(self, step: int) -> None:
+        self.show = self.request.enter_context(waiting(step, stream=True))
+
+    def on_delta(self, step: int, kind: str, text: str) -> None:
+        self.show(kind, text)
+        self.streamed = True
+
+    def on_waited(self, step: int) -> None:
+        self.request.close()
+        self.show, self.streamed = None, False
+
+    def on_tool_call(self, step: int, call: dict) -> None:
+        name = one_line(call["function"]["name"], 60)  # the model's: any length, any character
+        said_since_step["rows"] = 0
+        say(f"[{step}] {name}({short_arguments(call['function']['arguments'])})")
+
+    def on_tool_result(self, step: int, call: dict, result: str) -> None:
+        say(f"      -> {one_line(result)}")
+
+    def on_command_started(self) -> None:
+        self.take = self.command.enter_context(command_output())
+
+    def on_command_output(self, text: str) -> None:
+        if self.take:
+            self.take(text)
+
+    def on_command_ended(self) -> None:
+        self.command.close()
+        self.take = None
+
+    def on_diff(self, lines: list[str], everywhere: bool) -> None:
+        """A unified diff: a write's on a terminal only, /diff's everywhere."""
+        if everywhere or sys.stderr.isatty():
+            show_diff(lines)
+
+    def on_compacted(self, record: dict, text: str) -> None:
+        say(text)
+
+    def on_usage(self, scope: str, totals: dict, turns: int, cancelled: int, failed: int,
+                 currency: str | None, replayed: bool) -> None:  # fmt: skip
+        """The totals line of a turn or a run, or of a --chat session (scope "session")."""
+        line = counts(totals, currency, replayed)
+        if scope == "session":
+            ended_early = ((cancelled, "cancelled"), (failed, "failed"))
+            others = [f"{number} {how}" for number, how in ended_early if number]
+            ended = f" (and {', '.join(others)})" if others else ""
+            line = f"session: turns {turns}{ended}, {line}"
+        say(line)
+
+    def on_answer(self, text: str, streamed: bool) -> None:
+        """The final answer on stdout, exactly, for pipes and files (an empty one leaves stdout
+        empty). On a terminal it is marked as the answer, shown with its control characters as
+        escapes (its lines and tabs as they are), and not printed a second time when it has
+        just been streamed there."""
+        on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
+        if text and on_terminal:
+            say("^ the answer" if streamed else "answer:")
+            if streamed:
+                return
+        shown = visible(text, keep=ANSWER_LAYOUT) if sys.stdout.isatty() else text
+        print(shown, end="\n" if text else "", flush=True)  # each answer as it comes
 
 
-def show_result(result: str) -> None:
-    say(f"      -> {one_line(result)}")
+def print_line(line: str) -> None:
+    """A line of --show's or --sessions' output on stdout, its control characters as escapes."""
+    print(visible(line))
 
 
-def show_answer(text: str, streamed: bool) -> None:
-    """The final answer on stdout, exactly, for pipes and files (an empty one leaves stdout
-    empty). On a terminal it is marked as the answer, shown with its control characters as
-    escapes (its lines and tabs as they are), and not printed a second time when it has just
-    been streamed there."""
-    on_terminal = sys.stdout.isatty() and sys.stderr.isatty()
-    if text and on_terminal:
-        say("^ the answer" if streamed else "answer:")
-        if streamed:
-            return
-    shown = visible(text, keep=ANSWER_LAYOUT) if sys.stdout.isatty() else text
-    print(shown, end="\n" if text else "", flush=True)  # each answer as it comes, into a pipe too
-
-
-def short_arguments(arguments: str) -> str:
-    """A call's arguments as key=value pairs, each shortened; anything else shortened as it is."""
+def until_the_reader_stops(show, *args) -> int:
+    """show(*args), printing on stdout; a reader that has had enough (`--sessions | head -1`)
+    ends it quietly, with exit code 0, as it ends `ls | head -1`."""
     try:
-        args = json.loads(arguments or "{}")
-    except json.JSONDecodeError:
-        return one_line(arguments, 80)
-    if not isinstance(args, dict):
-        return one_line(arguments, 80)
-    pairs = (f"{one_line(key, 40)}={one_line(repr(value), 60)}" for key, value in args.items())
-    return ", ".join(pairs)
+        code = show(*args)
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # Else Python's exit flushes the rest into the closed pipe again, and says so.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
-def one_line(text: object, width: int = 100) -> str:
-    """text on one line, shortened to width columns with "...", control characters as
-    escapes (a wide character takes two columns)."""
-    flat = visible(" ".join(str(text).split()))
-    if len(flat) <= width and columns_of(flat) <= width:
-        return flat
-    return "".join(fitting(list(flat[:width]), width - 3)) + "..."
+def terminal_events() -> Events:
+    """A stream of events that the terminal shows (and no other reader yet)."""
+    events = Events()
+    events.subscribe(Terminal())
+    return events
+
+
+def counts(totals: dict, currency: str | None, replayed: bool) -> str:
+    """A totals line: steps, tool calls, tokens, and the cost in currency (None: unpriced)."""
+    steps = f"steps {totals['steps']}, tool calls {totals['tool_calls']}"
+    if replayed:  # no server counted tokens, and nothing was paid
+        return f"{steps}; the replies were replayed: no tokens, no cost"
+    usage = totals["usage"]
+    spent = f", cost {money(totals['cost'], currency)}" if currency else ""
+    if currency and totals["unknown"]:  # never $0.0000 for replies of unknown cost
+        replies = f"{totals['unknown']} repl{'y' if totals['unknown'] == 1 else 'ies'}"
+        known = f"{spent} + unknown" if totals["cost"] else ", cost unknown"
+        spent = f"{known} (no usage reported for {replies})"
+    return (
+        f"{steps}, prompt tokens {usage['prompt_tokens']}, "
+        f"cache-hit tokens {usage['cache_hit_tokens']}, "
+        f"completion tokens {usage['completion_tokens']}{spent}"
+    )
 
 
 ANSWER_LAYOUT = "\n\t"  # what visible() keeps of the model's thinking and answers
-
-
-def visible(text: str, keep: str = "") -> str:
-    """text with every character that would act on a terminal or hide what follows shown as an
-    escape (ESC as \\x1b, a carriage return as \\r, U+202E as \\u202e): control characters
-    (C0, DEL, C1), format characters (bidi and invisible ones), line and paragraph separators,
-    whatever str.isprintable() refuses. The characters in keep stay as they are."""
-    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
 def colour() -> bool:
@@ -88,27 +186,60 @@ def colour() -> bool:
     return sys.stderr.isatty() and not os.environ.get("NO_COLOR")
 
 
-def approved(ws, command: str, rule: str | None = None) -> bool:
-    """Ask the user on the terminal: y runs it, a runs it and every later command of the
-    session (ws.approve_all), v shows it whole in a pager and asks again, anything else does
-    not. Without a terminal, or on one too small to show it, nobody can answer. rule: the ask
-    rule that asks for it, which --yes and "a" do not override."""
-    if ws.approve_all and not rule:
-        return True
-    if not sys.stdin.isatty():
-        if rule:
-            say(f"  not run: the rule {rule} asks, and stdin is not a terminal")
-            raise PermissionError(
-                f"the command was not run: the user's rule {rule} has it asked for, and nobody "
-                "can answer here"
-            )
-        say("  not run: stdin is not a terminal, so nobody can approve it (start with --yes)")
-        raise PermissionError(
-            "the command was not run: it needs the user's approval and nobody can give it "
-            "here (the user can restart the agent with --yes)"
+class TerminalUser:
+    """The user, asked on the terminal: whether a command runs, whether a write is made, and
+    --chat's next message (prompt: where it is typed). An answer of a approves this and every
+    later command (or write) of the session: remembered here; so is why a call was refused
+    for want of an approval nobody could give (refused, taken by the session)."""
+
+    def __init__(self, prompt: Prompt | None = None) -> None:
+        self.prompt = prompt or Prompt()
+        self.all_commands = self.all_writes = False
+        self.refused: list[str] = []  # why calls were refused: an approval nobody could give
+
+    def approves_command(self, command: str, sandboxed: bool, rule: str | None = None) -> bool:
+        """rule: the ask rule that has the command asked for, which an earlier a does not
+        answer (minimal_agent/permissions.py)."""
+        if self.all_commands and not rule:
+            return True
+        answer = approved(command, sandboxed, self.refused, rule)
+        self.all_commands = self.all_commands or answer == "all"
+        return answer != "no"
+
+    def approves_write(self, path: str, summary: str, diff: list[str]) -> bool:
+        if self.all_writes:
+            return True
+        answer = write_approved(path, summary, diff, self.refused)
+        self.all_writes = answer == "all"
+        return answer != "no"
+
+    def next_message(self) -> str:
+        return self.prompt.next_message()
+
+
+def approved(command: str, sandboxed: bool, refused: list[str], rule: str | None = None) -> str:
+    """Ask the user on the terminal: y runs it ("yes"), a runs it and every later command of
+    the session ("all"), v shows it whole in a pager and asks again, anything else does not
+    ("no"). Without a terminal, or on one too small to show it, nobody can answer (why: kept
+    in refused). rule: the ask rule it is asked for by, which --yes does not answer."""
+    if not sys.stdin.isatty() and rule:
+        nobody_can_approve(
+            refused,
+            "  not run",
+            f"the rule {rule} asks, and stdin is not a terminal",
+            f"the command was not run: the user's rule {rule} has it asked for, and nobody "
+            "can answer here",
         )
-    refuse_a_small_screen("the command was not run", "  not run")
-    where = " in the sandbox" if ws.sandbox else ""
+    if not sys.stdin.isatty():
+        nobody_can_approve(
+            refused,
+            "  not run",
+            "stdin is not a terminal, so nobody can approve it (start with --yes)",
+            "the command was not run: it needs the user's approval and nobody can give it "
+            "here (the user can restart the agent with --yes)",
+        )
+    refuse_a_small_screen(refused, "the command was not run", "  not run")
+    where = " in the sandbox" if sandboxed else ""
     question = f"  Run it{where}? [y/N/a] (a: this and every later one this session) "
     while True:
         rows, columns = screen_size()
@@ -121,9 +252,9 @@ def approved(ws, command: str, rule: str | None = None) -> bool:
         page(command_page(command))
         said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
     if answer in ("a", "all", "always"):
-        ws.approve_all = True
         say("  every later command of this session runs without asking")
-    return answer in ("y", "yes", "a", "all", "always")
+        return "all"
+    return "yes" if answer in ("y", "yes") else "no"
 
 
 def answered(question: str) -> str:
@@ -137,20 +268,28 @@ def answered(question: str) -> str:
 MIN_ROWS, MIN_COLUMNS = 24, 60  # the smallest terminal a prompt is fitted to
 
 
-def refuse_a_small_screen(what_happened: str, said: str) -> None:
+def refuse_a_small_screen(refused: list[str], what_happened: str, said: str) -> None:
     """One line and a PermissionError for the model when the terminal is smaller than
     MIN_COLUMNS x MIN_ROWS: there a prompt could not show what it asks about."""
     rows, columns = screen_size()
     if rows >= MIN_ROWS and columns >= MIN_COLUMNS:
         return
-    say(
-        f"{said}: the terminal is {columns}x{rows}, too small to show what it asks about "
-        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})"
-    )
-    raise PermissionError(
+    nobody_can_approve(
+        refused,
+        said,
+        f"the terminal is {columns}x{rows}, too small to show what it asks about "
+        f"(make it at least {MIN_COLUMNS}x{MIN_ROWS})",
         f"{what_happened}: the user's terminal is too small to show it for approval "
-        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)"
+        f"({columns}x{rows}; at least {MIN_COLUMNS}x{MIN_ROWS} is needed)",
     )
+
+
+def nobody_can_approve(refused: list[str], said: str, why: str, told: str) -> NoReturn:
+    """Refuse a call that needs an approval nobody can give: said and why on stderr, why kept
+    in refused (the run's result names the call and why: --json), told to the model."""
+    say(f"{said}: {why}")
+    refused.append(why)
+    raise PermissionError(told)
 
 
 def command_lines(command: str, rows: int, columns: int) -> list[str]:
@@ -322,30 +461,6 @@ def clipped(line: str, width: int) -> tuple[str, int]:
     return "".join(head) + marker + "".join(tail), left_out
 
 
-def fitting(pieces: list[str], width: int) -> list[str]:
-    """The first pieces that fit in width columns together."""
-    taken, used = [], 0
-    for piece in pieces:
-        used += columns_taken(piece)
-        if used > width:
-            break
-        taken.append(piece)
-    return taken
-
-
-def columns_taken(piece: str) -> int:
-    """The columns a character (or its escape) takes: two for a wide one (CJK, most emoji)."""
-    import unicodedata  # here, not at the top, to keep --help's start-up fast
-
-    wide = len(piece) == 1 and unicodedata.east_asian_width(piece) in ("W", "F")
-    return 2 if wide else len(piece)
-
-
-def columns_of(text: str) -> int:
-    """The columns text (escaped already: every character printable) takes on one row."""
-    return len(text) if text.isascii() else sum(map(columns_taken, text))
-
-
 def rows_taken(text: str, columns: int) -> int:
     """The rows a line of text (escaped already) takes on a terminal columns wide, wrapped."""
     return max(1, -(-columns_of(text) // columns))
@@ -389,15 +504,6 @@ def discard_typeahead() -> None:
 
     with contextlib.suppress(termios.error, OSError, ValueError, AttributeError):
         termios.tcflush(sys.stdin.fileno(), termios.TCIFLUSH)
-
-
-def chat_hint() -> None:
-    """How a --chat session goes on and ends, said once at its start on a terminal."""
-    if sys.stdin.isatty():
-        say(
-            "chat: type a message after each '> ' (a pasted block of lines is one message; "
-            "/help lists the commands); /exit, an empty line or Ctrl-D ends the session"
-        )
 
 
 @contextlib.contextmanager
@@ -478,13 +584,6 @@ def end_piece(kind: str | None) -> None:
         sys.stderr.flush()
 
 
-def show_change(summary: str, diff: list[str]) -> None:
-    """What a write changes: its summary line, and on a terminal the diff after it."""
-    say(f"      {summary}")
-    if sys.stderr.isatty():
-        show_diff(diff)
-
-
 def show_diff(diff: list[str]) -> None:
     """A unified diff on stderr, coloured on a colour terminal; past a screenful, its first
     lines and how many more there are (on a terminal: a pipe or a log gets all of it)."""
@@ -503,19 +602,18 @@ def diff_paint(line: str) -> str:
     return {"+": "\033[32m", "-": "\033[31m", "@": "\033[36m"}.get(line[:1], "")
 
 
-def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
-    """--confirm-writes: the change and a [y/N/a] prompt, as for a command; a approves this
-    and every later write of the session. Without a terminal nobody can answer."""
+def write_approved(path: str, summary: str, diff: list[str], refused: list[str]) -> str:
+    """--confirm-writes: the change and a [y/N/a] prompt, answered as for a command ("all":
+    this and every later write of the session). Without a terminal nobody can answer."""
     if not sys.stdin.isatty():
-        say(
-            "  not written: stdin is not a terminal, so nobody can approve it (start without "
-            "--confirm-writes)"
-        )
-        raise PermissionError(
+        nobody_can_approve(
+            refused,
+            "  not written",
+            "stdin is not a terminal, so nobody can approve it (start without --confirm-writes)",
             "the file was not written: the user asked to approve each write and nobody can "
-            "approve it here (the user can restart the agent without --confirm-writes)"
+            "approve it here (the user can restart the agent without --confirm-writes)",
         )
-    refuse_a_small_screen("the file was not written", "  not written")
+    refuse_a_small_screen(refused, "the file was not written", "  not written")
     question = "  Write it? [y/N/a] (a: this and every later write this session) "
     while True:
         rows, columns = screen_size()
@@ -528,10 +626,9 @@ def write_approved(ws, path: str, summary: str, diff: list[str]) -> bool:
         page("\n".join(visible(line) for line in [f"write {path}: {summary}", *diff]))
         said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
     if answer in ("a", "all", "always"):
-        ws.confirm_writes = False
         say("  every later write of this session is made without asking")
-        return True
-    return answer in ("y", "yes")
+        return "all"
+    return "yes" if answer in ("y", "yes") else "no"
 
 
 def write_lines(
@@ -580,13 +677,6 @@ def write_note(lines: int, too_wide: int, cut: bool) -> list[str]:
         lines_are = f"{too_wide:,} line{'s are' if too_wide > 1 else ' is'}"
         parts.append(f"{lines_are} too wide to show whole")
     return [f"  ({'; '.join(parts)}: answer v to see it whole)"]
-
-
-def show_restored(action: str, turn: int, task: str, lines: list[str]) -> None:
-    """--undo, --redo, /undo, /redo: which turn, then one line per file."""
-    say(f"{action} turn {turn} ({one_line(task, 60)}):")
-    for line in lines:
-        say(f"  {visible(line)}")
 
 
 @contextlib.contextmanager

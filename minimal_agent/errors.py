@@ -7,8 +7,8 @@ import re
 from urllib.parse import urlsplit
 
 from minimal_agent.context_window import OVERFLOW
-from minimal_agent.display import one_line
 from minimal_agent.models import retirement
+from minimal_agent.text import one_line
 
 
 class AgentError(Exception):

@@ -1,28 +1,44 @@
-"""What happens in a run, as one stream of events that readers subscribe to: the session and
-the command line emit each event once, and every reader gets all of them. The readers here
-are the outputs for scripts: --json (one object on stdout when the run ends) and --json-events
-(one object a line as the run goes); see docs/json.md. (The terminal display is not one: it
-says what it says where it happens.)
+"""What happens in a run, as one stream of events that readers subscribe to: the session, the
+loop (agent.run) and the tools emit each event once, and every reader gets all of them. The
+readers: the terminal view (minimal_agent/display.py), the wire's record, and the outputs for
+scripts here: --json (one object on stdout when the run ends) and --json-events (one object a
+line as the run goes; see docs/json.md). A new output is one more reader.
 
-The events, each a kind and its fields:
+The events, each a kind and its fields (KINDS; emit() refuses any other):
 
     turn         turn (its number in this session), task
+    chat         (none): a --chat session begins
+    waiting      step: a request goes out, its reply is awaited
+    delta        step, kind ("thinking" or "text"), text: a piece of a streamed reply
+    waited       step: the reply is in (or the request failed)
     request      step, body: the request as handed to the SDK (model, the messages as sent,
                  after any compaction, tools, every parameter; a streamed one also gets
                  stream and stream_options)
-    response     step, body: the reply as received (a dict), seconds, streamed, chunks (not
-                 counted yet: None)
+    response     step, body: the reply as received (a dict), started, seconds, streamed,
+                 chunks (not counted yet: None), error (what failed instead, or None)
     reply        step (None for a compaction's summary), finish_reason, content, tool_calls (how
                  many), usage (prompt, cache-hit and completion tokens), cost, currency
-    message      message: each one appended to the conversation (the tool calls and results)
+    message      message: each one appended to the conversation (the tool calls and results);
+                 refused: for a tool result, why its call was refused for want of an
+                 approval nobody could give (no terminal, too small a one), else None
+    tool_call    step, call: a call about to run
+    tool_result  step, call, result: what the model gets back for it
+    command_started, command_output (text: a piece as it arrives), command_ended: run_shell's
+                 command, from start to end
+    diff         lines, everywhere: a unified diff (a write's: shown on a terminal only)
+    notice       text: one line for the user (a warning, a note, what a command did)
+    compacted    record (the transcript's compaction record), text: its one line
     file_change  path, change: "created", "changed" or "deleted" (from the undo record)
     permission   tool, decision ("deny", "ask" or "allow"), rules (as written), sources: a
                  permission rule decided a call (minimal_agent/permissions.py)
     hook         hook_event, tool (None for Stop), command, exit_code (None: timed out),
                  timed_out, outcome ("ok", "blocked", "feedback", "warning"), seconds
+    answer       text, streamed: the final answer of a turn
+    usage        scope ("turn", "run" or "session"), totals (steps, tool_calls, usage, cost,
+                 unknown), turns, cancelled, failed, currency (None: no prices), replayed
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
-    error        error: the one line (said on stderr) of what ended the run
+    error        error: the one line of what ended the run
     end          the end record (see end_record)
 """
 
@@ -35,28 +51,75 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-from minimal_agent.wire import as_json
+from minimal_agent.errors import without_key
 
 VERSION = 1  # of the records --json and --json-events write; a reader can check it
-STATUSES = {0: "finished", 3: "max_steps", 4: "incomplete", 130: "interrupted"}
+MONEY_PLACES = 10  # a cost as --json and --json-events write it: rounded so, in plain notation
+STATUSES = {0: "finished", 3: "max_steps", 4: "incomplete", 5: "refused", 130: "interrupted"}
 EXIT_STATUSES = {1: "error", 2: "usage"}  # a run that ended without a result
 
 Reader = Callable[[str, dict], None]
+KINDS: dict[str, tuple[str, ...] | None] = {  # each kind's fields (None: the end record's)
+    "turn": ("turn", "task"),
+    "chat": (),
+    "waiting": ("step",),
+    "delta": ("step", "kind", "text"),
+    "waited": ("step",),
+    "request": ("step", "body"),
+    "response": ("step", "body", "started", "seconds", "streamed", "chunks", "error"),
+    "reply": ("step", "finish_reason", "content", "tool_calls", "usage", "cost", "currency"),
+    "message": ("message", "refused"),
+    "tool_call": ("step", "call"),
+    "tool_result": ("step", "call", "result"),
+    "command_started": (),
+    "command_output": ("text",),
+    "command_ended": (),
+    "diff": ("lines", "everywhere"),
+    "notice": ("text",),
+    "compacted": ("record", "text"),
+    "file_change": ("path", "change"),
+    "permission": ("tool", "decision", "rules", "sources"),
+    "hook": ("hook_event", "tool", "command", "exit_code", "timed_out", "outcome", "seconds"),
+    "answer": ("text", "streamed"),
+    "usage": ("scope", "totals", "turns", "cancelled", "failed", "currency", "replayed"),
+    "turn_end": ("turn", "status", "error"),
+    "error": ("error",),
+    "end": None,
+}
 
 
 class Events:
     """The stream: emit(kind, **fields) hands the event to every reader, in the order they
-    subscribed. Without readers an event costs a call."""
+    subscribed; an event of no known kind, or with other fields, is a bug (TypeError).
+    Without readers an event costs a check."""
 
     def __init__(self) -> None:
         self.readers: list[Reader] = []
+        self.key = ""  # the API key, once the settings are read: kept out of what readers write
 
     def subscribe(self, reader: Reader) -> None:
         self.readers.append(reader)
 
-    def emit(self, kind: str, **fields) -> None:
+    def emit(self, kind: str, /, **fields) -> None:
+        expected = KINDS.get(kind, ())
+        if kind not in KINDS or (expected is not None and fields.keys() != set(expected)):
+            raise TypeError(f"no event {kind} with the fields {', '.join(fields)}")
         for reader in self.readers:
             reader(kind, fields)
+
+    def notice(self, text: str) -> None:
+        """A notice: one line for the user."""
+        self.emit("notice", text=text)
+
+
+def as_json(resp) -> object:
+    """A response as JSON: the fields the server sent (a ChatCompletion's, as the SDK read
+    them; a stream's, as its chunks made them)."""
+    if hasattr(resp, "model_dump"):
+        return resp.model_dump(mode="json", exclude_unset=True, warnings=False)
+    if isinstance(resp, dict | list | str | int | float | bool) or resp is None:
+        return resp
+    return repr(resp)
 
 
 class Exchanges:
@@ -124,12 +187,14 @@ def end_record(outcome: Outcome, exit_code: int) -> dict:
     record["error"] = outcome.error if status in ("error", "usage", "budget") else None
     transcript = session and session.transcript
     path = str(transcript.path) if transcript else None
+    if path and not os.path.exists(path):  # a transcript nothing was written to is removed
+        path = None
     record["session_id"] = path and os.path.basename(path).removesuffix(".jsonl")
     record["transcript"] = path
     record["workdir"] = session.workspace.folder if session else None
     record["model"] = session.model if session else None
     total = session.total if session else None
-    record["turns"] = session.turns if session else 0
+    record["turns"] = session.turns_begun if session else 0
     record["steps"] = total["steps"] if total else 0
     record["tool_calls"] = total["tool_calls"] if total else 0
     usage = total["usage"] if total else {}
@@ -140,28 +205,43 @@ def end_record(outcome: Outcome, exit_code: int) -> dict:
     priced = bool(session and session.prices)
     record["cost"] = total["cost"] if priced and not total["unknown"] else None
     record["currency"] = session.prices.currency if priced else None
+    record["refused"] = session.refused if session else []
     recorded = bool(session and session.changes)
     record["files"] = outcome.changed_files() if recorded else None
     return record
 
 
-def write(out: TextIO, record: dict) -> None:
+def write(out: TextIO, record: dict, key: str) -> None:
     """One JSON object on a line of its own, handed on at once (ASCII only: whatever the
-    console's encoding, the line stays valid JSON)."""
+    console's encoding, the line stays valid JSON), the API key replaced (the user may have
+    typed it, and the model repeated it). Its cost, in every record a field of the top level,
+    is written as money_json() writes it."""
+    fields = (
+        f"{json.dumps(name)}: {money_json(value) if name == 'cost' else json.dumps(value)}"
+        for name, value in record.items()
+    )
     with contextlib.suppress(BrokenPipeError, ValueError):  # the script stopped reading
-        out.write(json.dumps(record) + "\n")
+        out.write(without_key("{" + ", ".join(fields) + "}", key) + "\n")
         out.flush()
+
+
+def money_json(amount: float | None) -> str:
+    """An amount as a JSON number rounded to MONEY_PLACES, in plain notation: 0.0000588, never
+    5.88e-05 nor 0.00023753399999999997 (float noise)."""
+    if amount is None:
+        return "null"
+    return f"{amount:.{MONEY_PLACES}f}".rstrip("0").rstrip(".")
 
 
 class JsonResult:
     """--json: the end record, the only thing on stdout."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+    def __init__(self, out: TextIO, events: Events) -> None:
+        self.out, self.events = out, events
 
     def __call__(self, kind: str, fields: dict) -> None:
         if kind == "end":
-            write(self.out, fields)
+            write(self.out, fields, self.events.key)
 
 
 class JsonLines:
@@ -169,13 +249,13 @@ class JsonLines:
     turn_start, reply, tool_call, tool_result, file_change, permission, hook, turn_end, and
     last end (the record --json writes). The request and response bodies stay off it."""
 
-    def __init__(self, out: TextIO) -> None:
-        self.out = out
+    def __init__(self, out: TextIO, events: Events) -> None:
+        self.out, self.events = out, events
         self.step: int | None = None
 
     def __call__(self, kind: str, fields: dict) -> None:
         for record in self.records(kind, fields):
-            write(self.out, {"version": VERSION, **record})
+            write(self.out, {"version": VERSION, **record}, self.events.key)
 
     def records(self, kind: str, fields: dict):
         if kind == "turn":
@@ -198,7 +278,7 @@ class JsonLines:
             content = message.get("content")
             failed = isinstance(content, str) and content.startswith("Error:")
             yield {"type": "tool_result", "id": message.get("tool_call_id"), "content": content,
-                   "error": failed}  # fmt: skip
+                   "error": failed, "refused": fields.get("refused")}  # fmt: skip
         elif kind in ("file_change", "turn_end", "permission", "hook"):
             yield {"type": kind, **fields}
         elif kind == "end":
@@ -211,9 +291,9 @@ def for_options(json_result: bool, json_lines: bool, out: TextIO) -> tuple[Event
     events, outcome = Events(), Outcome()
     events.subscribe(outcome)
     if json_result:  # with both (a usage error), --json's one object
-        events.subscribe(JsonResult(out))
+        events.subscribe(JsonResult(out, events))
     elif json_lines:
-        events.subscribe(JsonLines(out))
+        events.subscribe(JsonLines(out, events))
     return events, outcome
 
 

@@ -1,6 +1,7 @@
 """What the file tools and every tool result need beyond the lesson: reading only the two ends
 of a large file, telling the model what a file that is not UTF-8 text is, writing a file
-atomically, and capping a result at the model's limit."""
+atomically, and capping a result at the model's limit; and the one way the agent writes its
+own files (records, pages): never through a link, each record's line whole or not at all."""
 
 from __future__ import annotations
 
@@ -208,7 +209,7 @@ def write_atomically(folder: str, file: str, content: str | bytes) -> int:
     data = content if isinstance(content, bytes) else content.encode("utf-8", "replace")
     with parent_of(folder, file, create=True) as (where, name):
         folder_part, base = os.path.split(name)  # folder_part: "" where name is in where
-        temporary = os.path.join(folder_part, f".{base}.{os.getpid()}.tmp")
+        temporary = os.path.join(folder_part, f".{base}.{os.urandom(6).hex()}.tmp")
         try:
             old = os.stat(name, dir_fd=where, follow_symlinks=False).st_mode
         except FileNotFoundError:
@@ -270,3 +271,109 @@ def parent_of(folder: str, file: str, create: bool = False):
         yield fd, parts[-1]
     finally:
         os.close(fd)
+
+
+# --- The agent's own files: records appended to, pages replaced ------------------------------
+
+
+class LinkRefused(OSError):
+    """A link (or a FIFO, a device, a folder) where the agent was to write one of its own
+    files: nothing is written through it."""
+
+
+def refuse_link(path: str | os.PathLike) -> None:
+    """LinkRefused if path is a symbolic link, or anything but a regular file (a missing
+    path is fine)."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(mode):
+        raise LinkRefused(
+            errno.ELOOP,
+            f"{path} is a link: the agent writes its files only where "
+            "no link leads elsewhere; remove it or give another name",
+        )
+    if not stat.S_ISREG(mode):
+        raise LinkRefused(errno.EINVAL, f"{path} is {kind(mode)}, not a regular file")
+
+
+def why(error: OSError) -> str:
+    """Why a file could not be written, in words: the reason, and the file where known."""
+    reason = error.strerror or str(error)
+    name = os.fsdecode(error.filename) if error.filename else ""
+    return f"{reason}: {name}" if name and name not in reason else reason
+
+
+RECORD_FLAGS = (
+    os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    | getattr(os, "O_BINARY", 0)
+)  # fmt: skip
+
+
+def open_record(path: str | os.PathLike, new: bool = False):  # -> an unbuffered binary file
+    """One of the agent's records (a transcript, the wire record, undo's journal and contents)
+    open to append to, unbuffered (so closing it writes nothing, and a
+    full disk is met by the append that meets it: see append_whole), made owner-only (0o600)
+    if missing; new: it must not exist yet. Never through a link: a symbolic link, a file with
+    another name (a hard link), a FIFO or a device at path is refused (LinkRefused), and what
+    it leads to is left as it was."""
+    try:
+        fd = os.open(path, RECORD_FLAGS | (os.O_EXCL if new else 0), 0o600)
+    except OSError as error:
+        if error.errno == errno.ELOOP or os.path.islink(path):
+            refuse_link(path)
+        raise
+    try:
+        found = os.fstat(fd)
+        if not stat.S_ISREG(found.st_mode):  # opened without blocking: still not to be written
+            raise LinkRefused(errno.EINVAL, f"{path} is {kind(found.st_mode)}, not a regular file")
+        if found.st_nlink > 1:  # what is appended would change the file's other name too
+            raise LinkRefused(
+                errno.EMLINK,
+                f"{path} is a link: it has another name (a hard "
+                "link), which the agent does not write through; remove it",
+            )
+        return os.fdopen(fd, "ab", buffering=0)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def append_whole(file, data: bytes) -> None:
+    """data at the end of file (as open_record opens it), all of it or none of it: an append
+    the disk refuses part way (ENOSPC, EDQUOT, EIO) is cut off again before the error goes on,
+    so a record stays whole lines, and the next reader or writer finds no half of one."""
+    start = file.seek(0, os.SEEK_END)
+    rest = memoryview(data)
+    try:
+        while rest:
+            rest = rest[file.write(rest) :]
+    except OSError:
+        with contextlib.suppress(OSError):
+            file.truncate(start)
+        raise
+
+
+@contextlib.contextmanager
+def replacing(path: str | os.PathLike):
+    """A file the agent writes whole (a page, the prompt history): yields a new temporary
+    file beside path, binary, open for writing, and its name; when the block ends well it is
+    renamed onto path. The temporary's name is random and it is created exclusive without
+    following a link (tempfile.mkstemp), so nothing planted beside path is written through;
+    a link (or a FIFO, a device) at path itself is refused (LinkRefused) and left as it is.
+    An error removes the temporary file. The new file is its owner's only (0o600)."""
+    import tempfile  # here: its 4 ms (shutil, random) would slow every start, --help's too
+
+    folder, name = os.path.split(os.path.abspath(path))
+    refuse_link(path)
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            yield file, temporary
+        refuse_link(path)  # a rename replaces a link swapped in now, never writes its target
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise

@@ -21,7 +21,8 @@ import re
 import time
 from typing import NamedTuple
 
-from minimal_agent import display, processes, tool_results
+from minimal_agent import processes, tool_results
+from minimal_agent.text import one_line
 
 EVENTS = ("PreToolUse", "PostToolUse", "Stop")
 DEFAULT_TIMEOUT = 60.0  # seconds, as in Claude Code
@@ -38,12 +39,11 @@ class Hook(NamedTuple):
 
 
 class Hooks:
-    """The hooks in force; emit tells the session's events of each run, and session_id and
-    transcript_path are what hooks are told of the session (both set by the session)."""
+    """The hooks in force; session_id and transcript_path are what hooks are told of the
+    session (set by the session)."""
 
     def __init__(self) -> None:
         self.hooks: list[Hook] = []
-        self.emit = lambda kind, **fields: None
         self.session_id = ""
         self.transcript_path: str | None = None
 
@@ -51,14 +51,14 @@ class Hooks:
         return bool(self.hooks)
 
 
-def add_from(hooks: Hooks, settings: object) -> None:
+def add_from(hooks: Hooks, settings: object, say) -> None:
     """The hooks of a settings.json's "hooks" object, added to hooks; ValueError saying what is
-    wrong with it. Events this agent does not have are skipped with one line."""
+    wrong with it. Events this agent does not have are skipped with one line (said by say)."""
     if not isinstance(settings, dict):
         raise ValueError('"hooks" must be an object, such as {"PreToolUse": [...]}')
     for event, groups in settings.items():
         if event not in EVENTS:
-            display.say(f"skipped the {event} hooks: this agent runs {', '.join(EVENTS)} hooks")
+            say(f"skipped the {event} hooks: this agent runs {', '.join(EVENTS)} hooks")
             continue
         if not isinstance(groups, list):
             raise ValueError(f'"hooks" "{event}" must be a list of {{"matcher", "hooks"}} objects')
@@ -144,23 +144,23 @@ def run(ws, hook: Hook, fields: dict, tool: str | None) -> str | None:
         said = stderr.strip() or "(it gave no reason)"
     elif hook.event != "Stop" and code == 0:
         said = json_answer(stdout, hook.event)
-    name = display.one_line(hook.command, 60)
+    name = one_line(hook.command, 60)
     if code not in (0, BLOCK) or (code == BLOCK and hook.event == "Stop"):
         outcome = "warning"
         why = f"ran past its time-out ({hook.timeout:g} s) and was killed with all it started" \
             if code is None else f"exited with {code}"  # fmt: skip
         last = stderr.strip().splitlines()[-1:] or [""]
-        detail = f": {display.one_line(last[0], 120)}" if last[0] else ""
-        display.say(f"warning: the {hook.event} hook {name} {why}{detail}; going on")
+        detail = f": {one_line(last[0], 120)}" if last[0] else ""
+        ws.events.notice(f"warning: the {hook.event} hook {name} {why}{detail}; going on")
     elif said is None:
         outcome = "ok"
     elif hook.event == "PreToolUse":
         outcome = "blocked"
-        display.say(f"      the PreToolUse hook {name} blocked the call")
+        ws.events.notice(f"      the PreToolUse hook {name} blocked the call")
     else:
         outcome = "feedback"
-        display.say(f"      the PostToolUse hook {name} speaks to the model after the result")
-    ws.hooks.emit(
+        ws.events.notice(f"      the PostToolUse hook {name} speaks to the model after the result")
+    ws.events.emit(
         "hook", hook_event=hook.event, tool=tool, command=hook.command, exit_code=code,
         timed_out=code is None, outcome=outcome, seconds=round(time.monotonic() - started, 3),
     )  # fmt: skip

@@ -28,8 +28,6 @@ import shlex
 import sys
 from typing import NamedTuple
 
-from minimal_agent import display
-
 KINDS = ("deny", "ask", "allow")  # the order the rules are looked at in
 RULE = re.compile(r"([A-Za-z0-9_*-]+)(?:\((.*)\))?", re.DOTALL)
 SEPARATORS = {";", "&", "&&", "||", "|", "|&"}  # between simple commands
@@ -68,12 +66,10 @@ def parse(text: object, source: str) -> Rule:
 
 
 class Rules:
-    """The rules in force, by kind, each in the order it was read; emit tells the session's
-    events of each decision a rule made (set by the session)."""
+    """The rules in force, by kind, each in the order it was read."""
 
     def __init__(self) -> None:
         self.by_kind: dict[str, list[Rule]] = {kind: [] for kind in KINDS}
-        self.emit = lambda kind, **fields: None
 
     def add(self, kind: str, text: object, source: str) -> None:
         self.by_kind[kind].append(parse(text, source))
@@ -96,7 +92,9 @@ def approve(ws, tool: str, args: dict, shown: str) -> None:
         if allowing:
             tell(ws, tool, "allow", allowing)
             return
-    if not display.approved(ws, shown, asking and asking.text):
+    if asking is None and ws.approve_all:  # --yes
+        return
+    if not ws.user.approves_command(shown, ws.sandbox, asking and asking.text):
         what = "command" if tool == "run_shell" else "call"
         raise PermissionError(f"the user did not approve this {what}, so it was not run")
 
@@ -124,10 +122,11 @@ def tell(ws, tool: str, decision: str, rules: list[Rule]) -> None:
     --json-events)."""
     said = ", ".join(f"{rule.text} ({rule.source})" for rule in rules)
     if decision == "ask":
-        display.say(f"      the rule {said} asks")
+        ws.events.notice(f"      the rule {said} asks")
     else:
-        display.say(f"      {'denied' if decision == 'deny' else 'allowed'} by the rule {said}")
-    ws.rules.emit(
+        verb = "denied" if decision == "deny" else "allowed"
+        ws.events.notice(f"      {verb} by the rule {said}")
+    ws.events.emit(
         "permission", tool=tool, decision=decision, rules=[rule.text for rule in rules],
         sources=[rule.source for rule in rules],
     )  # fmt: skip

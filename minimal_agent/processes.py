@@ -17,8 +17,9 @@ import sys
 import time
 from collections.abc import Sequence
 
-from minimal_agent import display, files
+from minimal_agent import files
 from minimal_agent.errors import AgentError, holds_key
+from minimal_agent.text import visible
 
 ON_WINDOWS = sys.platform == "win32"  # cmd.exe and taskkill there, /bin/sh and killpg elsewhere
 ON_LINUX = sys.platform == "linux"  # /proc and a child subreaper: escaped children are found
@@ -47,7 +48,7 @@ def run_command(command: str, ws) -> tuple[int | None, str]:
 
     # A Ctrl-C or SIGTERM acting between the start and the kill being in place would leave the
     # command running after the agent exits: signals wait, except while the command is awaited.
-    with display.command_output() as show, signals_held() as let_through:
+    with output_told(ws.events) as show, signals_held() as let_through:
         before = known_descendants() if ON_LINUX else set()  # the agent's, not the command's
         output = Output(files.keep(ws.max_result_chars) - 100, show)  # room for the status line
         proc = start_command(command, ws)
@@ -67,6 +68,17 @@ def run_command(command: str, ws) -> tuple[int | None, str]:
     if survivors:
         text += ("\n" if text and not text.endswith("\n") else "") + survivors
     return (None if timed_out else proc.returncode), text
+
+
+@contextlib.contextmanager
+def output_told(events):
+    """A command's run told to events (minimal_agent/events.py): its start, its output as it
+    arrives (from the thread reading it: the function yielded), its end."""
+    events.emit("command_started")
+    try:
+        yield lambda piece: events.emit("command_output", text=piece)
+    finally:
+        events.emit("command_ended")
 
 
 class Output:
@@ -197,10 +209,11 @@ def bwrap_command(
 ) -> list[str]:
     """command under bubblewrap, in a world of its own: the system's folders that programs need
     (read-only), folder (writable, at its real path, so paths look the same), a private /tmp of
-    limits["tmp"] bytes, its own /dev and /proc; nothing else of the host (no home folder, no
-    /run, none of its unix sockets), the rest read-only, and the paths of hidden that lie in
-    folder (the user's own: Workspace.private) covered by an empty read-only folder or file (a
-    missing one, its nearest folder that exists, so that no command plants it; not folder).
+    limits["tmp"] bytes, its own /dev (read-only but for a /dev/shm of limits["tmp"] bytes too)
+    and /proc; nothing else of the host (no home folder, no /run, none of its unix sockets),
+    the rest read-only, and the paths of hidden that lie in folder (the user's own:
+    Workspace.private) covered by an empty read-only folder or file (a missing one, its nearest
+    folder that exists, so that no command plants it; not folder).
     Its own user namespace with no capabilities, even for root (the same uid and gid inside),
     its own network (not even the host's 127.0.0.1), PID and IPC namespaces, a session of its
     own (no terminal to type into), killed if the agent dies; at most limits["processes"]
@@ -228,6 +241,9 @@ def bwrap_command(
     return [
         "bwrap", *user, "--cap-drop", "ALL", *system, "--dev", "/dev", "--proc", "/proc",
         "--size", str(limits["tmp"]), "--tmpfs", "/tmp",
+        # /dev is a memory filesystem without a limit: its shm bounded as /tmp, the rest
+        # read-only (writing to a device, /dev/null say, still works)
+        "--size", str(limits["tmp"]), "--tmpfs", "/dev/shm", "--remount-ro", "/dev",
         "--bind", folder, folder,  # after --tmpfs /tmp, so a folder inside /tmp stays visible
         *covered,  # after the folder's bind, over it
         "--remount-ro", "/",  # the bare root: writes beside the folder fail instead of vanishing
@@ -279,7 +295,7 @@ class Process:
     def __init__(self, stat: bytes) -> None:
         name, rest = stat.rsplit(b")", 1)
         fields = rest.split()
-        self.name = display.visible(name.split(b"(", 1)[1].decode(errors="replace"))
+        self.name = visible(name.split(b"(", 1)[1].decode(errors="replace"))
         self.state, self.parent, self.started = fields[0].decode(), int(fields[1]), fields[19]
 
 
@@ -368,17 +384,62 @@ class Terminated(SystemExit):
     """The agent's exit on SIGTERM or SIGHUP; a tool's own sys.exit() is not one."""
 
 
-def exit_on_termination() -> None:
-    """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
-    command. A signal the user ignores (nohup) stays ignored."""
-    import signal
+ENDING: list[int] = []  # the signal that is ending the run, once one is
 
-    def terminate(signum, frame):
+
+def interrupted(signum, frame) -> None:
+    """Ctrl-C's handler during a run: the first one raises KeyboardInterrupt (see
+    exit_on_termination)."""
+    if not ENDING:
+        ENDING.append(signum)
+        raise KeyboardInterrupt
+
+
+def terminated(signum, frame) -> None:
+    if not ENDING:
+        ENDING.append(signum)
         raise Terminated(128 + signum)
 
+
+def exit_on_termination() -> None:
+    """Terminated (kill, a closed terminal): unwind like Ctrl-C, so run_shell kills its
+    command. A signal the user ignores (nohup) stays ignored. The first signal, Ctrl-C's too,
+    ends the run; the ones that follow it (a burst of Ctrl-C, a SIGTERM after it) are let go,
+    so that the unwinding it began (the command killed, the undo walk, the records closed, the
+    end record) runs to its end and the exit code is the first one's."""
+    import signal
+
+    ENDING.clear()
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, interrupted)
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
-            signal.signal(number, terminate)
+            signal.signal(number, terminated)
+
+
+def ignore_late_signals() -> None:
+    """The run is over: a signal now would find Python giving its handlers up on the way out
+    and kill the process by the signal, with no exit code and the end record perhaps unsaid."""
+    import signal
+
+    for number in (signal.SIGINT, *termination_signals()):
+        if signal.getsignal(number) != signal.SIG_IGN:
+            signal.signal(number, signal.SIG_IGN)
+
+
+def ctrl_c_given_back() -> None:
+    """The run is over, and the agent was called from a console, a debugger or a test that
+    goes on: Ctrl-C raises KeyboardInterrupt there again."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is interrupted:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    ENDING.clear()
+
+
+def interrupt_handled() -> None:
+    """A Ctrl-C that ended a --chat turn only: the next one acts again."""
+    ENDING.clear()
 
 
 def check_sandbox(folder: str, limits: dict = SANDBOX_LIMITS, hidden: Sequence[str] = ()) -> None:

@@ -13,6 +13,8 @@ import os
 import sys
 from pathlib import Path
 
+from minimal_agent import files
+
 ENDS = ("/exit", "/quit")  # words that end the session at the prompt
 HISTORY_LENGTH = 1000  # lines of history kept
 PASTE_START, PASTE_END = "\033[200~", "\033[201~"  # what a terminal puts around a paste
@@ -24,10 +26,14 @@ class Prompt:
     (None: they are kept for this session only); secret: a text no kept line may hold (the
     API key)."""
 
-    def __init__(self, history: str | os.PathLike | None = None, secret: str = "") -> None:
+    def __init__(
+        self, history: str | os.PathLike | None = None, secret: str = "", notice=None
+    ) -> None:
         self.history = Path(history) if history else None
         self.secret = secret
+        self.notice = notice  # notice(line): where a history given up is said, or None
         self.editing = None  # the readline module once it is set up; False: there is none
+        self.lost = False  # the history file could not be written: said once, then left
 
     def next_message(self) -> str:
         """The next message; "" ends the session (an empty line, /exit, /quit, the end of
@@ -72,10 +78,22 @@ class Prompt:
             if last >= 0:
                 readline.remove_history_item(last)
             return
-        if self.history:
-            with contextlib.suppress(OSError):
-                made_private(self.history)
-                readline.append_history_file(1, str(self.history))
+        if self.history and not self.lost:
+            try:
+                self.history.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+                with files.replacing(self.history) as (file, temporary):
+                    with contextlib.suppress(FileNotFoundError):  # not a link: replacing checked
+                        file.write(self.history.read_bytes())
+                    file.flush()
+                    readline.append_history_file(1, temporary)
+            except OSError as error:  # a full disk, a quota, a link where the file should be
+                self.lost = True
+                why = files.why(error)
+                if self.notice:
+                    self.notice(
+                        f"error: the prompt history is not kept from this line on ({why}): the "
+                        "lines typed next are this session's only"
+                    )
 
 
 def set_up(readline, history: Path | None) -> None:
@@ -84,15 +102,11 @@ def set_up(readline, history: Path | None) -> None:
         readline.parse_and_bind("set enable-bracketed-paste on")
     readline.set_history_length(HISTORY_LENGTH)
     if history and history.is_file():
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):  # kept whole as it was, only longer than it should
+            files.refuse_link(history)
             readline.read_history_file(str(history))
-            readline.write_history_file(str(history))  # at most HISTORY_LENGTH lines
-
-
-def made_private(file: Path) -> None:
-    """file's folder made if missing, and file created readable by its owner only."""
-    file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600))
+            with files.replacing(history) as (_, temporary):
+                readline.write_history_file(temporary)  # at most HISTORY_LENGTH lines
 
 
 def read_with_paste() -> str:

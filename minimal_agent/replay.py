@@ -4,11 +4,11 @@ is played again with no model, no network and no key (the tools run for real).""
 from __future__ import annotations
 
 import os
-from types import SimpleNamespace
 
+from minimal_agent import daily_tools
 from minimal_agent.context_window import ELIDED, SUMMARY_HEADING
-from minimal_agent.display import say
 from minimal_agent.errors import AgentError
+from minimal_agent.scripted import ScriptedClient, completion
 from minimal_agent.transcripts import transcript_lines
 
 
@@ -26,15 +26,13 @@ def recorded_summary(entry: dict) -> str | None:
     return None
 
 
-class ReplayClient:
-    """Stands in for the OpenAI client: serves a transcript's assistant messages, in order.
+class ReplayClient(ScriptedClient):
+    """The scripted client of a transcript: serves its assistant messages, in order (see
+    minimal_agent/scripted.py), and a compaction's summary request the summary the run got.
+    When a tool result sent differs from the recorded one, notify is told once: the recorded
+    replies that follow were written for another result."""
 
-    `client.chat.completions.create(...)` returns a real `ChatCompletion`, so the loop cannot
-    tell the difference; no network, no key. When a tool result sent differs from the recorded
-    one, notify is told once: the recorded replies that follow were written for another result.
-    """
-
-    def __init__(self, path: str | os.PathLike, notify=None) -> None:
+    def __init__(self, path: str | os.PathLike, notify) -> None:
         self.path = path
         entries = transcript_lines(path)
         lines = [(n, entry) for n, entry in entries if "event" not in entry]
@@ -44,9 +42,11 @@ class ReplayClient:
         self.summaries = [
             text for _, entry in entries if (text := recorded_summary(entry)) is not None
         ]
-        self.replies = [(n, m) for n, m in lines if m["role"] == "assistant"]
-        if not self.replies:
+        replies = [(n, m) for n, m in lines if m["role"] == "assistant"]
+        if not replies:
             raise AgentError(f"{path} has no assistant messages to replay")
+        super().__init__([message for _, message in replies])
+        self.line_numbers = [n for n, _ in replies]  # in the transcript, for its errors
         # The tool results recorded after each reply, to compare with the ones the run sends.
         self.recorded_results: list[list[str]] = []
         for message in self.messages:
@@ -54,57 +54,60 @@ class ReplayClient:
                 self.recorded_results.append([])
             elif message["role"] == "tool" and self.recorded_results:
                 self.recorded_results[-1].append(message["content"])
-        self.notify = notify or say
+        self.notify = notify
         self.on_recorded_path = True
-        self.served = 0
-        self.chat = SimpleNamespace(completions=SimpleNamespace(create=self.create))
 
     def task(self) -> str | None:
         """The transcript's first user message: the task it was recorded with."""
         return next((m["content"] for m in self.messages if m["role"] == "user"), None)
 
     def create(self, **request):  # -> openai.types.chat.ChatCompletion
-        from openai.types.chat import ChatCompletion  # here: --help starts without openai
-        from pydantic import ValidationError
+        from pydantic import ValidationError  # here: --help starts without pydantic
 
+        model = request.get("model", "replay")
         if not request.get("tools"):  # a compaction's summary
             if not self.summaries:
                 raise AgentError("the transcript has no more summaries of the conversation")
             summary = {"role": "assistant", "content": self.summaries.pop(0)}
-            choice = {"index": 0, "message": summary, "finish_reason": "stop"}
-            return ChatCompletion.model_validate(
-                {"id": "replay-summary", "object": "chat.completion", "created": 0,
-                 "model": request.get("model", "replay"), "choices": [choice]}
-            )  # fmt: skip
+            return completion(summary, "replay-summary", model)
         if self.served == len(self.replies):
             raise AgentError(
                 f"the transcript has no more replies after its {self.served} assistant messages"
             )
+        if not self.served:
+            self.check_tools(request["tools"])
         self.check_path(request.get("messages") or [])
-        number, message = self.replies[self.served]
-        self.served += 1
         try:
-            return ChatCompletion.model_validate(
-                {
-                    "id": f"replay-{self.served}",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": request.get("model", "replay"),
-                    "choices": [
-                        {
-                            "index": 0,
-                            "message": message,
-                            "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
-                        }
-                    ],
-                }
-            )
+            return super().create(**request)
         except ValidationError as error:  # a field the agent does not write, hand-edited
             problem = error.errors()[0]
             field = ".".join(str(part) for part in problem["loc"][3:]) or "message"
             raise AgentError(
-                f"{self.path} line {number} cannot be replayed: {field}: {problem['msg']}"
+                f"{self.path} line {self.line_numbers[self.served - 1]} cannot be replayed: "
+                f"{field}: {problem['msg']}"
             ) from None
+
+    def check_tools(self, offered: list[dict]) -> None:
+        """Say which tools the transcript calls that this run does not offer (the daily tools
+        of a run of minimal-agent, replayed by python agent.py), before the first reply."""
+        names = {tool["function"]["name"] for tool in offered}
+        called = [
+            call["function"]["name"]
+            for message in self.replies
+            for call in message.get("tool_calls") or []
+            if isinstance(call, dict)
+            and isinstance(call.get("function"), dict)
+            and isinstance(call["function"].get("name"), str)  # a hand-edited line: no name
+        ]
+        missing = [name for name in dict.fromkeys(called) if name not in names]
+        if not missing:
+            return
+        daily = set(missing) & set(daily_tools.FUNCTIONS)
+        hint = f" ({', '.join(sorted(daily))}: set LLM_DAILY_TOOLS=1)" if daily else ""
+        self.notify(
+            f"note: the transcript calls {', '.join(missing)}, which this run does not offer"
+            f"{hint}, so the replay will leave the recorded path there"
+        )
 
     def check_path(self, messages: list[dict]) -> None:
         """Say once when the tool results sent are not the ones recorded after the last reply."""

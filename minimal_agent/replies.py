@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from minimal_agent.display import one_line, say
+from minimal_agent.text import one_line
 from minimal_agent.tool_schema import json_kind
 
 CUT_OFF = ("length", "content_filter", "insufficient_system_resource")  # finish reasons
@@ -53,7 +53,7 @@ def checked_arguments(name: str, received: object) -> tuple[str, str | None]:
         return "{}", None
     try:
         parsed = json.loads(received)
-    except (json.JSONDecodeError, TypeError) as error:
+    except (ValueError, TypeError, RecursionError) as error:  # too deep, a 5,000-digit number
         problem = f"the arguments are not valid JSON ({error})"
     else:
         if isinstance(parsed, dict):
@@ -64,14 +64,10 @@ def checked_arguments(name: str, received: object) -> tuple[str, str | None]:
 
 
 def final_answer(msg, finish_reason: str | None) -> tuple[str, bool]:
-    """The answer to print (without <think> blocks) and whether it is complete."""
+    """The answer to print (without <think> blocks) and whether it is complete (not cut off,
+    not empty: the session has warned of either)."""
     text = without_thinking(msg.content or "")
-    if finish_reason in CUT_OFF:
-        return text, False  # the cut-off warning is out already
-    if not text.strip():
-        say("warning: the model's final reply has no answer text (only its reasoning, or nothing)")
-        return text, False
-    return text, True
+    return text, finish_reason not in CUT_OFF and bool(text.strip())
 
 
 def without_thinking(text: str) -> str:

@@ -5,15 +5,18 @@ object, a call without `function`, `content` as a number, `created` too large fo
 would crash the loop, the display or the cost somewhere later. So every reply is checked once,
 as soon as it is whole (completions.ask), and each chunk of a stream before the SDK's
 accumulator takes it (completions.streamed): the first field of a wrong kind is named in one
-line. Only the fields the agent reads are checked; anything else may be anything.
+line. Only the fields the agent reads are checked; anything else may be anything, of any kind,
+but not of any depth: what nests deeper than MAX_DEPTH anywhere (the SDK's objects cannot be
+turned back into JSON past about 250 levels, Python's reader past about 1,000) or holds an
+integer too long for Python to read is refused as a whole (too_deep, unreadable).
 """
 
 from __future__ import annotations
 
 import json
 
-from minimal_agent.display import one_line
 from minimal_agent.errors import AgentError, without_key
+from minimal_agent.text import one_line
 
 LATEST_TIME = 32_503_680_000  # 3000-01-01 UTC in Unix seconds: every platform's gmtime takes it
 MOST_TOKENS = 2**53  # a count beyond this is no count (and a float could not hold it exactly)
@@ -23,6 +26,7 @@ TIME = "a time in Unix seconds (from 0 up to the year 3000), or null"
 ARGUMENTS = "a string, an object or null"  # some servers send an object: checked_arguments takes it
 PLACE = "a place in the list (0, 1, ...), or null"
 ONLY = "0 (one reply was asked for)"
+MAX_DEPTH = 100  # levels of nesting a reply may have: its own fields use about 8
 
 
 def obj(fields: dict, required: tuple[str, ...] = ()) -> tuple:
@@ -103,6 +107,55 @@ def check_reply(resp, key: str | None) -> None:
     problem = document_problem(as_data(resp), REPLY, "the reply")
     if problem:
         raise AgentError(unusable("reply", problem, key))
+
+
+def too_deep(resp) -> bool:
+    """Whether anything in a reply or chunk the SDK made (its models, their extra fields, the
+    lists and objects in them) nests deeper than MAX_DEPTH. Walked without recursion, and
+    without model_dump, which is what fails on such a reply."""
+    from pydantic import BaseModel  # here, not at the top: --help starts without it
+
+    places = [(resp, 0)]
+    while places:
+        value, depth = places.pop()
+        if depth > MAX_DEPTH:
+            return True
+        if isinstance(value, BaseModel):
+            inner = [*value.__dict__.values(), *(value.__pydantic_extra__ or {}).values()]
+        elif isinstance(value, dict):
+            inner = value.values()
+        elif isinstance(value, list | tuple):
+            inner = value
+        else:
+            continue
+        places += [(item, depth + 1) for item in inner]
+    return False
+
+
+def unreadable(error: Exception, what: str) -> AgentError | None:
+    """The one line for a reply (what: "reply" or "stream") that Python's JSON reader gave up
+    on as too deep or for an integer too long (the SDK reads it before the agent sees it);
+    None for any other error."""
+    if isinstance(error, RecursionError):
+        why = "it nests deeper than can be read"
+    elif isinstance(error, ValueError) and "integer string conversion" in str(error):
+        why = "it holds an integer of thousands of digits"
+    else:
+        return None
+    return AgentError(refused(what, why))
+
+
+def check_depth(resp, what: str) -> None:
+    """AgentError if a reply or chunk nests deeper than MAX_DEPTH (see too_deep)."""
+    if too_deep(resp):
+        raise AgentError(refused(what, f"it nests deeper than {MAX_DEPTH} levels"))
+
+
+def refused(what: str, why: str) -> str:
+    return (
+        f"the server's {what} cannot be used: {why}; nothing of it was kept. The server does "
+        "not answer in the OpenAI API's shape: check LLM_BASE_URL and LLM_MODEL"
+    )
 
 
 def check_chunk(chunk, key: str | None, calls: int) -> None:

@@ -17,7 +17,6 @@ import heapq
 import json
 import os
 import re
-import subprocess
 import sys
 
 from minimal_agent import files
@@ -33,9 +32,11 @@ SKIPPED = {".git"}
 # --- In the agent: the child started, its findings read back -------------------------------
 
 
-def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict | None]:
+def run(request: dict) -> tuple[list[dict], dict | None]:
     """request done by a child process: the records it printed (one JSON object a line) and
-    its last one ({"done": ...}), or None when it was stopped after seconds (SECONDS)."""
+    its last one ({"done": ...}), or None when it was stopped after SECONDS."""
+    import subprocess  # here: --help must not import it (minimal_agent/__init__.py)
+
     package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     # -I: neither the workdir nor PYTHON* variables choose what the child imports
     code = "import sys; sys.path[:0] = sys.argv[1:]; import minimal_agent.search as m; m.serve()"
@@ -46,13 +47,16 @@ def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict |
         stderr=subprocess.PIPE,
         cwd=request["folder"],
     ) as child:
-        body = json.dumps(request).encode()
+        body = json.dumps({**request, "seconds": SECONDS}).encode()
         try:
-            out, err = child.communicate(body, timeout=SECONDS if seconds is None else seconds)
+            out, err = child.communicate(body, timeout=SECONDS)
         except subprocess.TimeoutExpired:
             child.kill()
             out, err = child.communicate()  # what it printed before
             return records(out), None
+        except BaseException:  # Ctrl-C, a termination signal: not waited for (it may never end)
+            child.kill()
+            raise
     found = records(out)
     if child.returncode or not found or "done" not in found[-1]:
         said = err.decode("utf-8", "replace").strip().splitlines()
@@ -61,8 +65,13 @@ def run(request: dict, seconds: float | None = None) -> tuple[list[dict], dict |
 
 
 def records(out: bytes) -> list[dict]:
-    lines = out.decode("utf-8", "replace").splitlines()
-    return [json.loads(line) for line in lines if line.endswith("}")]  # a cut last line: left out
+    found = []
+    for line in out.decode("utf-8", "replace").splitlines():
+        try:
+            found.append(json.loads(line))
+        except ValueError:  # a last line cut short by the kill
+            pass
+    return found
 
 
 # --- In the child ------------------------------------------------------------------------
@@ -70,6 +79,11 @@ def records(out: bytes) -> list[dict]:
 
 def serve() -> None:
     request = json.loads(sys.stdin.read())
+    if hasattr(os, "fork"):  # POSIX: SIGALRM's default ends the child even inside a regex, so
+        import math  # it never outlives its time, whatever became of the agent (kill -9)
+        import signal
+
+        signal.alarm(math.ceil(request["seconds"]) + 2)
     if request["tool"] == "search":
         done = grep(request)
     else:
@@ -87,14 +101,14 @@ def grep(request: dict) -> dict:
     pattern = re.compile(request["pattern"])
     wanted = request.get("glob") and glob_regex(request["glob"], anywhere=True)
     shown = more = too_large = 0
-    for path, entry in walk(request["folder"], request["start"], request["private"]):
+    for path, full, info in walk(request["folder"], request["start"], request["private"]):
         if wanted and not wanted.fullmatch(path):
             continue
+        if info.st_size > MAX_FILE:
+            too_large += 1
+            continue
         try:
-            if entry.stat(follow_symlinks=False).st_size > MAX_FILE:
-                too_large += 1
-                continue
-            with files.open_regular(request["folder"], entry.path) as handle:
+            with files.open_regular(request["folder"], full) as handle:
                 data = handle.read(MAX_FILE + 1)
         except OSError:  # gone meanwhile, unreadable, swapped for a FIFO
             continue
@@ -120,15 +134,11 @@ def listing(request: dict) -> dict:
     wanted = glob_regex(request["pattern"], anywhere=False)
     newest: list[tuple[float, str]] = []
     matched = 0
-    for path, entry in walk(request["folder"], request["start"], request["private"]):
+    for path, _, info in walk(request["folder"], request["start"], request["private"]):
         if not wanted.fullmatch(path):
             continue
         matched += 1
-        try:
-            stamp = entry.stat(follow_symlinks=False).st_mtime
-        except OSError:
-            continue
-        item = (stamp, path)
+        item = (info.st_mtime, path)
         if len(newest) < request["max"]:
             heapq.heappush(newest, item)
         else:
@@ -139,36 +149,41 @@ def listing(request: dict) -> dict:
 
 
 def walk(folder: str, start: str, private: list[str]):
-    """(path relative to folder with / between its parts, DirEntry) of each regular file under
-    start (a path relative to folder, or a file's), in name order: no link followed, .git, the
-    ignored and the private skipped."""
+    """(path relative to folder with / between its parts, real path, lstat) of each regular
+    file under start (a path relative to folder, or a file's), in name order: no link
+    followed, .git, the ignored and the private skipped. Each folder is listed through a
+    descriptor opened one folder at a time from folder (files.parent_of), so a folder swapped
+    for a link meanwhile is not listed."""
     rules = inherited_rules(folder, start)
     top = os.path.join(folder, start) if start != "." else folder
     if os.path.isfile(top) and not os.path.islink(top):
-        parent = os.path.dirname(top)
-        entries = [e for e in os.scandir(parent) if e.name == os.path.basename(top)]
-        yield relative(folder, top), entries[0]
+        yield relative(folder, top), top, os.stat(top, follow_symlinks=False)
         return
     stack = [(top, rules)]
     while stack:
         where, rules = stack.pop()
         rules = rules + read_rules(folder, where)
-        try:
-            entries = sorted(os.scandir(where), key=lambda e: e.name)
-        except OSError:  # unreadable, or gone
-            continue
         folders = []
-        for entry in entries:
-            path = relative(folder, entry.path)
-            if entry.name in SKIPPED or any(files.inside(p, entry.path) for p in private):
-                continue
-            if entry.is_symlink():
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                if not ignored(rules, path, True):
-                    folders.append((entry.path, rules))
-            elif entry.is_file(follow_symlinks=False) and not ignored(rules, path, False):
-                yield path, entry
+        try:
+            with files.parent_of(folder, os.path.join(where, "-")) as (fd, _):
+                entries = sorted(os.scandir(where if fd is None else fd), key=lambda e: e.name)
+                for entry in entries:
+                    full = os.path.join(where, entry.name)
+                    path = relative(folder, full)
+                    if entry.name in SKIPPED or any(files.inside(p, full) for p in private):
+                        continue
+                    # follow_symlinks=False: a link is neither, so it is skipped, not followed
+                    if entry.is_dir(follow_symlinks=False):
+                        if not ignored(rules, path, True):
+                            folders.append((full, rules))
+                    elif entry.is_file(follow_symlinks=False) and not ignored(rules, path, False):
+                        try:
+                            info = entry.stat(follow_symlinks=False)
+                        except FileNotFoundError:  # gone meanwhile
+                            continue
+                        yield path, full, info
+        except OSError:  # unreadable, gone, or swapped for a link
+            continue
         stack += reversed(folders)  # each folder's files, then its folders, in name order
 
 

@@ -14,18 +14,18 @@ from minimal_agent import (
     completions,
     cost,
     diffs,
-    display,
     files,
     hooks,
     permissions,
+    processes,
     sessions,
     wire,
 )
 from minimal_agent.context_window import Window, describe, is_context_overflow, result_cap
 from minimal_agent.errors import AgentError, without_key
-from minimal_agent.events import Events, Exchanges
-from minimal_agent.prompt import Prompt
+from minimal_agent.events import Exchanges
 from minimal_agent.replies import CUT_OFF, without_thinking
+from minimal_agent.text import one_line
 from minimal_agent.transcripts import (
     Conversation,
     Transcript,
@@ -52,10 +52,10 @@ class Session:
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
-    for a failed request (errors.describe_api_error with the settings), or None. events
-    (minimal_agent.events.Events) gets what happens, for the readers subscribed to it;
-    prompt (minimal_agent.prompt.Prompt) reads --chat's messages. replayed: the replies come
-    from a transcript (--replay), so no tokens are counted and nothing is spent.
+    for a failed request (errors.describe_api_error with the settings), or None. What happens
+    goes to the workspace's events (minimal_agent.events.Events), for the readers subscribed
+    to it; the workspace's user types --chat's messages. replayed: the replies come from a
+    transcript (--replay), so no tokens are counted and nothing is spent.
     """
 
     def __init__(
@@ -76,21 +76,20 @@ class Session:
         max_cost: float | None = None,
         window=None,
         describe=None,
-        events: Events | None = None,
-        prompt: Prompt | None = None,
         replayed: bool = False,
     ) -> None:
         self.workspace = workspace
-        self.events = events or Events()
+        self.events = workspace.events  # one stream: the tools' and the session's
         self.exchanges = Exchanges(self.events)  # what completions.ask hands over, as events
-        self.prompt = prompt or Prompt()  # where --chat's messages are typed
+        self.user = workspace.user  # who types --chat's messages
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
-        self.transcript = Transcript.open(save) if save else None
+        self.lost: list[str] = []  # the records given up (a full disk): each one's line
+        self.transcript = (
+            Transcript.open(save, workspace.key, self.transcript_lost) if save else None
+        )
         self.messages = Conversation(history or [], self.transcript, self.appended)
-        # The rules' decisions and the hooks' runs: events, kept in the transcript too
-        workspace.rules.emit = workspace.hooks.emit = self.events.emit
-        self.events.subscribe(self.keep_decisions)
+        self.events.subscribe(self.keep_decisions)  # the rules' decisions, the hooks' runs
         if save:
             workspace.hooks.transcript_path = os.path.abspath(save)
             workspace.hooks.session_id = os.path.basename(save).removesuffix(sessions.SUFFIX)
@@ -102,7 +101,9 @@ class Session:
             store = sessions.changes_folder(save, folder)
             # Every request as sent and every response as received (--show --wire), a reader
             # of the session's events, kept beside the store.
-            self.wire = wire.Recorder(sessions.wire_file(save, folder), workspace.key)
+            self.wire = wire.Recorder(
+                sessions.wire_file(save, folder), workspace.key, self.wire_lost, self.events.notice
+            )
             self.events.subscribe(self.wire)
             records = own_records(workspace.folder, sessions_folder, save, store)
             workspace.private += [*records, os.path.realpath(self.wire.path)]
@@ -110,7 +111,12 @@ class Session:
                 changes.clear_stale(sessions_folder)
             try:
                 self.changes = changes.Recorder(
-                    workspace.folder, store, workspace.private, self.file_changed
+                    workspace.folder,
+                    store,
+                    workspace.private,
+                    on_change=self.file_changed,
+                    notice=self.events.notice,
+                    on_lost=self.undo_lost,
                 )
             except changes.BadStore as error:
                 name = os.path.basename(save).removesuffix(sessions.SUFFIX)
@@ -132,8 +138,34 @@ class Session:
         self.total = new_totals()  # the session's, over every turn that ran
         self.turn = new_totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
+        self.turns_begun = 0  # and those cut short, by the budget or a signal too
         self.turn_start = 0  # where the current turn's messages begin
         self.in_turn = False  # a turn began and its tool calls are not counted yet
+        self.refused: list[dict] = []  # the calls refused for want of approval: id, name, why
+
+    def record_lost(self, what: str, error: OSError, step: int, then: str) -> None:
+        """A record of the session could not be written (the disk full: ENOSPC, a quota:
+        EDQUOT, an I/O error: EIO; or a link in its place): it is given up, said in one line
+        (what is no longer kept from which step), and the run ends as an error (cli)."""
+        line = f"{what} is not kept from step {step} on ({files.why(error)}): {then}"
+        self.lost.append(line)
+        self.events.notice(f"error: {line}")
+        self.events.emit("error", error=line)
+
+    def transcript_lost(self, error: OSError) -> None:
+        step = self.turn["steps"] if self.in_turn and self.turn["steps"] else 1
+        self.record_lost("the transcript", error, step, "-c and -r go on from before that step")
+
+    def wire_lost(self, error: OSError) -> None:
+        step = self.exchanges.step or 1
+        what = "the record of requests and responses"
+        self.record_lost(what, error, step, "--show --wire and --html end before it")
+
+    def undo_lost(self, error: OSError, turn: int, step: int) -> None:
+        self.record_lost(
+            f"undo's record of turn {turn}", error, step,
+            "--undo cannot take back what that step and later ones changed, and will say so",
+        )  # fmt: skip
 
     def note_workdir(self, save: str | os.PathLike) -> None:
         """A resumed conversation going on in a workdir other than its last: said in its
@@ -182,6 +214,7 @@ class Session:
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
         self.turn, self.turn_start = new_totals(), len(messages)
         self.in_turn = True
+        self.turns_begun += 1
         self.events.emit("turn", turn=self.turn_number(), task=task)
         return messages
 
@@ -190,7 +223,23 @@ class Session:
         return self.turns + self.cancelled + self.failed + 1
 
     def appended(self, message: dict) -> None:
-        self.events.emit("message", message=message)
+        """Each message added to the conversation, told to the events' readers; a tool
+        message with the reason its call was refused for want of approval, if it was."""
+        refused = None
+        if message.get("role") == "tool" and self.user.refused:
+            refused = "; ".join(self.user.refused)
+            self.user.refused.clear()
+            call_id = message.get("tool_call_id")
+            self.refused.append({"id": call_id, "name": self.tool_name(call_id), "why": refused})
+        self.events.emit("message", message=message, refused=refused)
+
+    def tool_name(self, call_id: str) -> str | None:
+        """The name of the tool the conversation's last call with this id called."""
+        for message in reversed(self.messages):
+            for call in message.get("tool_calls") or []:
+                if call.get("id") == call_id:
+                    return call.get("function", {}).get("name")
+        return None
 
     def file_changed(self, path: str, change: str) -> None:
         self.events.emit("file_change", path=path, change=change)
@@ -202,7 +251,7 @@ class Session:
         try:
             path = self.workspace.path(AGENTS_FILE)
         except PermissionError:
-            display.say(f"skipped {AGENTS_FILE}: it is a link leading outside the workdir")
+            self.events.notice(f"skipped {AGENTS_FILE}: it is a link leading outside the workdir")
             return self.system_prompt
         try:
             with files.open_regular(self.workspace.folder, path) as file:
@@ -210,12 +259,12 @@ class Session:
         except FileNotFoundError:  # none: the prompt as it is
             return self.system_prompt
         except OSError as error:  # a folder, a FIFO, a device, unreadable
-            display.say(f"skipped {AGENTS_FILE}: {error.strerror or error}")
+            self.events.notice(f"skipped {AGENTS_FILE}: {error.strerror or error}")
             return self.system_prompt
         text = data[:AGENTS_LIMIT].decode("utf-8", "ignore")  # a character cut in two: dropped
         cut = len(data) > AGENTS_LIMIT
         note = f" (only its first {AGENTS_LIMIT // 1024} KiB: it is longer)" if cut else ""
-        display.say(f"read {AGENTS_FILE} from the workdir into the system prompt{note}")
+        self.events.notice(f"read {AGENTS_FILE} from the workdir into the system prompt{note}")
         cut_note = (
             "\n\n[AGENTS.md continues beyond this point; read it for the rest]" if cut else ""
         )
@@ -233,7 +282,9 @@ class Session:
         sent = self.within_window(client, request, messages)
         if self.changes:  # the workdir stays as it is until the reply: walked meanwhile
             self.changes.walk_ahead()
-        with display.waiting(step, self.stream) as show:
+        show = self.streamed_piece(step) if self.stream else None
+        self.events.emit("waiting", step=step)
+        try:
             try:
                 resp = self.exchange(client, sent, request, step, show)
             except Exception as error:  # a full context: compacted and sent again, once
@@ -241,11 +292,25 @@ class Session:
                     raise
                 sent = self.window.view(messages)
                 resp = self.exchange(client, sent, request, step, show)
+        finally:
+            self.events.emit("waited", step=step)
         self.note_reply(resp, sent, getattr(client, "api_key", None))
         calls = resp.choices[0].message.tool_calls
         if self.changes and calls:
-            self.changes.step_begins([call.function.name for call in calls])
+            self.changes.step_begins([call.function.name for call in calls], step)
         return resp
+
+    def streamed_piece(self, step: int):
+        """What completions.ask hands a streamed reply's pieces to: "thinking" and "text" as
+        deltas, a "note" (a broken stream asked again) as a notice."""
+
+        def show(kind: str, text: str) -> None:
+            if kind == "note":
+                self.events.notice(text)
+            else:
+                self.events.emit("delta", step=step, kind=kind, text=text)
+
+        return show
 
     def exchange(self, client, sent: list[dict], request: dict, step: int | None, show=None):
         """completions.ask, the one place a request goes out: each attempt's body as sent and
@@ -253,7 +318,7 @@ class Session:
         record among them (events.Exchanges)."""
         self.exchanges.step = step
         return completions.ask(
-            client, sent, request, self.quirks, display.say, show, self.exchanges
+            client, sent, request, self.quirks, self.events.notice, show, self.exchanges
         )
 
     def end_step(self) -> None:
@@ -270,37 +335,46 @@ class Session:
             self.compact_now(client, model)
         elif name in ("/undo", "/redo") and rest in ([], ["--force"]):
             if not self.changes:
-                display.say(f"{name}: this conversation is not saved, so nothing was recorded")
+                self.events.notice(
+                    f"{name}: this conversation is not saved, so nothing was recorded"
+                )
             else:
                 save = self.transcript.path
                 workdirs = sessions.recorded_workdirs(save)
                 name_of = os.path.basename(save).removesuffix(sessions.SUFFIX)
                 changes.take_back(self.changes.folder, name[1:], bool(rest), f"{name} --force",
-                                  workdirs, name_of)  # fmt: skip
+                                  workdirs, name_of, self.events)  # fmt: skip
         elif name == "/diff" and not rest:
             try:
-                diffs.show_last_turn(self.changes.folder if self.changes else None)
+                diffs.show_last_turn(self.changes.folder if self.changes else None, self.events)
             except changes.BadStore as error:
-                display.say(f"/diff: the undo record does not check out ({error})")
+                self.events.notice(f"/diff: the undo record does not check out ({error})")
         elif name == "/think" and [word.lower() for word in rest] in (["on"], ["off"]):
             self.thinking = rest[0].lower()
-            display.say(f"thinking: {self.thinking} from the next message on")
+            self.events.notice(f"thinking: {self.thinking} from the next message on")
         elif name == "/effort" and len(rest) == 1 and rest[0].lower() in completions.EFFORTS:
             self.effort = rest[0].lower()
             off = " (while thinking is off, it has none)" if self.thinking == "off" else ""
-            display.say(f"effort: {self.effort} from the next message on{off}")
+            self.events.notice(f"effort: {self.effort} from the next message on{off}")
         elif name in ("/think", "/effort"):
             takes = "on or off" if name == "/think" else ", ".join(completions.EFFORTS)
-            display.say(f"{name} takes {takes}; nothing was sent")
+            self.events.notice(f"{name} takes {takes}; nothing was sent")
         elif name == "/help" and not rest:
-            show_commands("the commands (at the '> ' prompt):")
+            self.show_commands("the commands (at the '> ' prompt):")
         elif name in COMMANDS:
-            show_commands(f"{name} takes no {' '.join(rest)!r}; nothing was sent. The commands:")
+            self.show_commands(
+                f"{name} takes no {' '.join(rest)!r}; nothing was sent. The commands:"
+            )
         elif re.fullmatch(r"/[A-Za-z][\w-]*", name):  # a typo of a command, not a /path
-            show_commands(f"{name} is not a command, so nothing was sent. The commands:")
+            self.show_commands(f"{name} is not a command, so nothing was sent. The commands:")
         else:
             return False
         return True
+
+    def show_commands(self, heading: str) -> None:
+        self.events.notice(heading)
+        for name, what in COMMANDS.items():
+            self.events.notice(f"  {name:9} {what}")
 
     def within_window(self, client, request: dict, messages: list[dict]) -> list[dict]:
         """What to send: the conversation, compacted first if this request would pass the
@@ -315,10 +389,10 @@ class Session:
         this is no such error or nothing is left to compact."""
         if not (self.window and is_context_overflow(error)):
             return False
-        display.say("context: the server says the conversation does not fit; compacting it")
+        self.events.notice("context: the server says the conversation does not fit; compacting it")
         record = self.window.on_overflow(error, messages, self.summarizer(client, request))
         if not self.keep(record):
-            display.say("context: nothing in the conversation can be compacted any further")
+            self.events.notice("context: nothing in the conversation can be compacted any further")
         return record is not None
 
     def compact_now(self, client, model: str) -> None:
@@ -328,13 +402,13 @@ class Session:
         request = {"model": model, **self.limits}
         record = self.window.compact(self.messages, self.summarizer(client, request))
         if not self.keep(record):
-            display.say("context: nothing to compact yet")
+            self.events.notice("context: nothing to compact yet")
 
     def keep(self, record: dict | None) -> dict | None:
         """A compaction's record into the transcript, and its line for the user."""
         if record:
             self.messages.save(record)
-            display.say(describe(record, self.window.size))
+            self.events.emit("compacted", record=record, text=describe(record, self.window.size))
         return record
 
     def summarizer(self, client, request: dict):
@@ -343,13 +417,13 @@ class Session:
         back on shortening old tool results."""
 
         def summarize(summary_messages: list[dict], max_tokens: int) -> str | None:
-            display.say("context: asking the model to summarize the earlier conversation")
+            self.events.notice("context: asking the model to summarize the earlier conversation")
             summary_request = {"model": request["model"], "max_tokens": max_tokens}
             try:
                 resp = self.exchange(client, summary_messages, summary_request, None)
             except Exception as error:  # the summary is a nicety: never the end of the run
                 said = without_key(str(error), getattr(client, "api_key", None))
-                display.say(f"context: no summary ({display.one_line(said, 160)})")
+                self.events.notice(f"context: no summary ({one_line(said, 160)})")
                 return None
             self.add_up(resp)
             reply = resp.choices[0].message.content if resp.choices else None
@@ -381,22 +455,27 @@ class Session:
             for line in without_key(resp.model_dump_json(indent=2, warnings=False), key).split(
                 "\n"
             ):
-                display.say(line)
+                self.events.notice(line)
         if not resp.choices:  # some proxies answer 200 with an error body and no choices
             error = json.dumps((resp.model_extra or {}).get("error", ""))
-            detail = display.one_line(without_key(error, key), 200)
+            detail = one_line(without_key(error, key), 200)
             raise AgentError(f"the server's reply has no choices {detail}".rstrip())
-        reason = resp.choices[0].finish_reason
+        reason, message = resp.choices[0].finish_reason, resp.choices[0].message
         if reason in CUT_OFF:
             warning = f"warning: the reply was cut off (finish_reason {reason})"
-            display.say(f"{warning}; it may be incomplete")
+            self.events.notice(f"{warning}; it may be incomplete")
+        elif not message.tool_calls and not without_thinking(message.content or "").strip():
+            self.events.notice(
+                "warning: the model's final reply has no answer text (only its reasoning, or "
+                "nothing)"
+            )
         counts = self.add_up(resp, self.turn["steps"] + 1)
         self.turn["steps"] += 1
         self.total["steps"] += 1
         if self.window:
             warning = self.window.after_reply(sent, counts["prompt_tokens"] or None)
             if warning:  # it begins with "warning:" itself
-                display.say(warning)
+                self.events.notice(warning)
             if self.window.size:  # one tool result never fills the window
                 ws = self.workspace
                 ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
@@ -429,13 +508,16 @@ class Session:
         return counts
 
     def finish(self, stop_reason: str, text: str | None) -> dict:
-        """The turn's result (see agent.run); its totals line is said."""
+        """The turn's result (see agent.run): its answer (None: it has none) and its totals
+        told to the events' readers."""
+        if text is not None:
+            self.events.emit("answer", text=text, streamed=self.stream)
         self.end_step()
         self.count_tool_calls()
         hooks.at_stop(self.workspace)
         self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
-        display.say(self.counts(self.turn))
+        self.tell_usage("turn", self.turn)
         return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
 
     def count_tool_calls(self) -> None:
@@ -457,26 +539,16 @@ class Session:
         self.count_tool_calls()
         if not (any(self.total["usage"].values()) or self.total["unknown"]):
             return False  # no reply from a model yet
-        display.say(self.session_line() if chat else self.counts(self.total))
+        self.tell_usage("session" if chat else "run", self.total)
         return True
 
-    def counts(self, totals: dict) -> str:
-        steps = f"steps {totals['steps']}, tool calls {totals['tool_calls']}"
-        if self.replayed:  # no server counted tokens, and nothing was paid
-            return f"{steps}; the replies were replayed: no tokens, no cost"
-        usage = totals["usage"]
-        money = ""
-        if self.prices:
-            money = f", cost {cost.money(totals['cost'], self.prices.currency)}"
-        if self.prices and totals["unknown"]:  # never $0.0000 for replies of unknown cost
-            replies = f"{totals['unknown']} repl{'y' if totals['unknown'] == 1 else 'ies'}"
-            known = f"{money} + unknown" if totals["cost"] else ", cost unknown"
-            money = f"{known} (no usage reported for {replies})"
-        return (
-            f"{steps}, prompt tokens {usage['prompt_tokens']}, "
-            f"cache-hit tokens {usage['cache_hit_tokens']}, "
-            f"completion tokens {usage['completion_tokens']}{money}"
-        )
+    def tell_usage(self, scope: str, totals: dict) -> None:
+        """The totals of a turn, a run or a --chat session (scope), for the events' readers."""
+        self.events.emit(
+            "usage", scope=scope, totals=totals, turns=self.turns, cancelled=self.cancelled,
+            failed=self.failed, currency=self.prices.currency if self.prices else None,
+            replayed=self.replayed,
+        )  # fmt: skip
 
     def fail_turn(self, error: Exception) -> None:
         """A --chat turn whose request failed (refused, not answered, a reply that cannot be
@@ -494,7 +566,7 @@ class Session:
         said = without_key(said, self.workspace.key)  # it may quote what the server sent
         self.events.emit("turn_end", turn=self.turn_number(), status="error", error=said)
         self.failed += 1
-        display.say(f"error: {said}; the turn ended: type the next message, or Enter to end")
+        self.events.notice(f"error: {said}; the turn ended: type the next message, or Enter to end")
 
     def cancel_turn(self) -> None:
         """Ctrl-C during a --chat turn: the turn ends, its open calls answered."""
@@ -504,20 +576,17 @@ class Session:
             self.messages.append(answer)
         self.events.emit("turn_end", turn=self.turn_number(), status="interrupted", error=None)
         self.cancelled += 1
-        display.say("interrupted: the turn was cancelled; type the next message, or Enter to end")
+        self.events.notice(
+            "interrupted: the turn was cancelled; type the next message, or Enter to end"
+        )
+        processes.interrupt_handled()  # the session goes on: the next Ctrl-C acts again
 
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""
-        display.say(self.session_line())
+        self.tell_usage("session", self.total)
         totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
         totals["failed"] = self.failed
         return {**result, "messages": self.messages, **totals}
-
-    def session_line(self) -> str:
-        ended_early = ((self.cancelled, "cancelled"), (self.failed, "failed"))
-        others = [f"{number} {how}" for number, how in ended_early if number]
-        ended = f" (and {', '.join(others)})" if others else ""
-        return f"session: turns {self.turns}{ended}, {self.counts(self.total)}"
 
     def close(self) -> None:
         if self.changes:
@@ -554,12 +623,6 @@ COMMANDS = {  # --chat's commands, as /help lists them
     "/effort": "low|high|max: how hard DeepSeek thinks, from the next message on",
     "/exit": "end the session (so do /quit, an empty line and Ctrl-D)",
 }
-
-
-def show_commands(heading: str) -> None:
-    display.say(heading)
-    for name, what in COMMANDS.items():
-        display.say(f"  {name:9} {what}")
 
 
 def new_totals() -> dict:

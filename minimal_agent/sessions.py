@@ -13,6 +13,7 @@ imports on every system.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
@@ -20,13 +21,14 @@ import os
 import re
 import shlex
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
 
-from minimal_agent.display import one_line, visible
+from minimal_agent import files
 from minimal_agent.errors import AgentError
+from minimal_agent.text import one_line, visible
 
 APP = "minimal-agent"
 SESSIONS_ENV = "LLM_SESSIONS_DIR"  # moves the sessions folder
@@ -79,6 +81,53 @@ def config_file(env: Mapping[str, str] | None = None) -> Path:
         user_folder(env, ("APPDATA", "Roaming"), ("XDG_CONFIG_HOME", ".config"))
         / APP
         / "config.env"
+    )
+
+
+CHANGED_BY_A_RUN = ".changed-by-a-run"  # beside the settings file: as a run left it
+
+
+def settings_state(path: str | os.PathLike) -> list[int] | None:
+    """What tells a settings file changed (None: there is none): its inode, size, and its
+    modification and inode-change times (the last can be set by no one, and any write or
+    save, a `touch` too, moves it)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return [found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns, found.st_ctime_ns]
+
+
+def note_settings_changed(path: str | os.PathLike, before: list[int] | None) -> bool:
+    """After a run: whether the settings file at path changed since its start (state before),
+    and if so, its state now recorded beside it, so the next start does not read it unasked
+    (see refuse_settings_changed_by_a_run). A run's commands could have written it."""
+    now = settings_state(path)
+    if now is None or now == before:
+        return False
+    with files.replacing(str(path) + CHANGED_BY_A_RUN) as (file, _):  # never through a link
+        file.write(json.dumps(now).encode("utf-8"))
+    return True
+
+
+def refuse_settings_changed_by_a_run(path: str | os.PathLike) -> None:
+    """Refuse, in one line, to read a settings file that is as a run of the agent left it
+    after changing it (LLM_BASE_URL would take the key elsewhere): read by the user and saved
+    again, it is read again."""
+    record = str(path) + CHANGED_BY_A_RUN
+    try:
+        with open(record, "rb") as file:
+            left = json.loads(file.read())
+    except (OSError, ValueError):
+        return
+    if left != settings_state(path):  # saved since: the user's
+        with contextlib.suppress(OSError):
+            os.unlink(record)
+        return
+    raise SessionError(
+        f"{path} was changed while the agent ran (by a command it ran, or by you meanwhile), "
+        "so it is not read: look at what it sets (LLM_BASE_URL gets your key), then save it "
+        "again (or touch it) to have it read"
     )
 
 
@@ -138,7 +187,7 @@ def new_transcript(folder: str | os.PathLike) -> Path:
     for _ in range(100):
         path = folder / (new_id() + SUFFIX)
         try:
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            files.open_record(path, new=True).close()
         except FileExistsError:
             continue
         except OSError as error:
@@ -400,12 +449,18 @@ def changes_folder(transcript: str | os.PathLike, folder: str | os.PathLike) -> 
     transcript's real path. The listing and --resume look at .jsonl files only."""
     path = Path(transcript)
     stem = path.name.removesuffix(SUFFIX)
-    if _same_path(path.parent) == _same_path(folder):
+    if saved_in(path, folder):
         return path.with_name(stem + ".changes")
     import hashlib  # here: OpenSSL's loading would slow every start
 
     key = hashlib.blake2b(_same_path(path).encode("utf-8", "surrogateescape"), digest_size=6)
     return Path(folder) / SAVED_STORES / f"{stem}-{key.hexdigest()}.changes"
+
+
+def saved_in(transcript: str | os.PathLike, folder: str | os.PathLike) -> bool:
+    """Whether a transcript lies in the sessions folder (the user's own conversation), not
+    elsewhere (a --save FILE, or a file anyone may have written: a repository can ship one)."""
+    return _same_path(Path(transcript).parent) == _same_path(folder)
 
 
 def recorded_workdirs(path: str | os.PathLike) -> list[str]:
@@ -443,13 +498,17 @@ def wire_file(transcript: str | os.PathLike, folder: str | os.PathLike | None = 
 def latest_for(workdir: str | os.PathLike, folder: str | os.PathLike) -> Path | None:
     """-c/--continue: the last changed transcript in folder that was started in workdir (real
     paths compared), or None. Older transcripts, without a session event, never match."""
+    return next(conversations_of(workdir, folder), None)
+
+
+def conversations_of(workdir: str | os.PathLike, folder: str | os.PathLike) -> Iterator[Path]:
+    """The transcripts in folder that were started in workdir, the last changed first."""
     wanted = _same_path(workdir)
     for path, _ in transcript_files(folder):
         event = _session_of(path)
         if event and isinstance(event.get("workdir"), str):
             if _same_path(event["workdir"]) == wanted:
-                return path
-    return None
+                yield path
 
 
 def _same_path(path: str | os.PathLike) -> str:
@@ -513,23 +572,23 @@ def resolve(id_or_file: str, folder: str | os.PathLike, option: str = "--resume"
 # --- One writer per transcript ----------------------------------------------------------------
 
 
-def open_for_append(path: str | os.PathLike) -> io.BufferedWriter:
-    """Open a transcript to append to (binary; created 0o600 if new), locked for as long as the
-    file stays open: one agent writes a transcript at a time. The lock is the OS's, on the file
-    itself (flock on POSIX; on Windows one byte at LOCK_OFFSET, past any data, so reading and
-    appending are not blocked), so it ends with the process that holds it, killed or not. The
-    descriptor is not inherited by the commands the agent runs (Python's default), so none of
-    them can keep it either. SessionError, the file left as it was, if another agent has it."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_BINARY", 0)
+def open_for_append(path: str | os.PathLike) -> io.FileIO:
+    """Open a transcript to append to (as files.open_record opens a record: never through a
+    link, unbuffered, created 0o600 if new), locked for as long as the file stays open: one
+    agent writes a transcript at a time. The lock is the OS's, on the file itself (flock on
+    POSIX; on Windows one byte at LOCK_OFFSET, past any data, so reading and appending are not
+    blocked), so it ends with the process that holds it, killed or not. The descriptor is not
+    inherited by the commands the agent runs (Python's default), so none of them can keep it
+    either. SessionError, the file left as it was, if another agent has it."""
     try:
-        fd = os.open(path, flags, 0o600)
+        file = files.open_record(path)
     except OSError as error:
         raise SessionError(f"cannot open {path}: {error.strerror or error}") from None
     try:
-        lock(fd, path)
-        return os.fdopen(fd, "ab")
+        lock(file.fileno(), path)
+        return file
     except BaseException:
-        os.close(fd)
+        file.close()
         raise
 
 

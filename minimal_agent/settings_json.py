@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from minimal_agent import display, files, hooks, permissions
+from minimal_agent import files, hooks, permissions
 from minimal_agent.errors import AgentError, UsageError
 
 FILE_NAME = "settings.json"
@@ -41,7 +41,7 @@ def load(ws, user_path: str, allow: list[str], deny: list[str], lesson_tools=())
         for kind, texts in rule_lists(settings).items():
             for text in texts:
                 ws.rules.add(kind, text, "user settings")
-        hooks.add_from(ws.hooks, settings.get("hooks", {}))
+        hooks.add_from(ws.hooks, settings.get("hooks", {}), ws.events.notice)
     except ValueError as error:
         raise AgentError(f"{source}: {error}; fix it, or move the file away") from None
     load_project_file(ws)
@@ -64,7 +64,7 @@ def say_unknown_tools(ws, lesson_tools) -> None:
     def say(what: str, name: str) -> None:
         hint = CLAUDE_NAMES.get(name)
         instead = f": write {hint} for Claude Code's {name}" if hint else ""
-        display.say(
+        ws.events.notice(
             f"{what} names no tool of this agent, so it never matches{instead} (the tools: "
             f"{', '.join(sorted(tools))})"
         )
@@ -132,13 +132,14 @@ def load_project_file(ws) -> None:
     except FileNotFoundError:
         return
     except (OSError, ValueError) as error:  # PermissionError (outside) is an OSError
-        display.say(f"skipped the project's {name}: {getattr(error, 'strerror', None) or error}")
+        why = getattr(error, "strerror", None) or error
+        ws.events.notice(f"skipped the project's {name}: {why}")
         return
     ignored = [f'"{key}"' for key in settings if key != "permissions"]
     if lists["allow"]:
         ignored.insert(0, "its allow rules")
     if ignored:
-        display.say(
+        ws.events.notice(
             f"ignored in the project's {name}: {', '.join(ignored)} (a repository can only take "
             "power away: its deny and ask rules apply; allow rules and hooks belong in your own "
             "settings.json)"
@@ -148,4 +149,4 @@ def load_project_file(ws) -> None:
             try:
                 ws.rules.add(kind, text, "project settings")
             except ValueError as error:
-                display.say(f"skipped in the project's {name}: {error}")
+                ws.events.notice(f"skipped in the project's {name}: {error}")

@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 import os
 
-from minimal_agent import sessions
-from minimal_agent.display import one_line, say, visible
-from minimal_agent.errors import AgentError
+from minimal_agent import files, sessions
+from minimal_agent.errors import AgentError, without_key
 from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.text import one_line
 from minimal_agent.tool_schema import json_kind
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -66,22 +66,36 @@ class Conversation(list):
 
 class Transcript:
     """A transcript file open for appending, locked for as long as this agent writes it (one
-    writer per transcript; the lock goes with the process, however it ends)."""
+    writer per transcript; the lock goes with the process, however it ends). key: the API key,
+    replaced wherever it would be written (the user may type it, the model repeat it)."""
 
-    def __init__(self, path: str | os.PathLike, file, new: bool) -> None:
+    def __init__(self, path: str | os.PathLike, file, new: bool, key: str = "", on_lost=None):
         self.path = path
         self.file = file
         self.new = new  # made by this agent: removed again if nothing is ever written to it
+        self.key = key
+        self.on_lost = on_lost  # on_lost(error): a line the disk refused; None: raised
+        self.given_up = False
 
     @classmethod
-    def open(cls, path: str | os.PathLike) -> Transcript:
+    def open(cls, path: str | os.PathLike, key: str = "", on_lost=None) -> Transcript:
         new = not os.path.exists(path) or os.path.getsize(path) == 0
-        return cls(path, sessions.open_for_append(path), new)
+        return cls(path, sessions.open_for_append(path), new, key, on_lost)
 
     def write(self, entry: dict) -> None:
-        """One message or event as one line, handed to the system at once."""
-        self.file.write((json.dumps(entry) + "\n").encode("utf-8"))
-        self.file.flush()
+        """One message or event as one line, handed to the system at once, whole or not at
+        all; a line the disk refuses (full, a quota, an I/O error) gives the transcript up:
+        on_lost is told, and nothing more is written."""
+        if self.given_up:
+            return
+        line = without_key(json.dumps(entry), self.key) + "\n"
+        try:
+            files.append_whole(self.file, line.encode("utf-8"))
+        except OSError as error:
+            if self.on_lost is None:
+                raise
+            self.given_up = True
+            self.on_lost(error)
 
     def close(self) -> None:
         """Close (and unlock) the file; one this agent made and never wrote to is removed."""
@@ -242,20 +256,17 @@ def whole_arguments(arguments: str) -> str:
     return ", ".join(f"{key}={value!r}" for key, value in args.items())
 
 
-def show_transcript(path: str) -> int:
-    """--show: print a saved transcript as a readable timeline, each line with its control
-    characters as escapes (names, ids and texts are the model's, or whoever edited the file)."""
-
-    def show(line: str) -> None:
-        print(visible(line))
-
+def show_transcript(path: str, show, notice) -> int:
+    """--show: a saved transcript as a readable timeline, handed to show line by line (which
+    shows control characters as escapes: names, ids and texts are the model's, or whoever
+    edited the file); notice(line) gets what goes wrong."""
     try:
         lines = transcript_lines(path, tolerant=True)
     except (AgentError, OSError) as error:
-        say(f"error: {error}")
+        notice(f"error: {error}")
         return 1
     if not lines:  # an empty file: say so rather than print nothing
-        say(f"{path} holds no messages")
+        notice(f"{path} holds no messages")
     number = 0
     for _, entry in lines:
         event = entry.get("event")

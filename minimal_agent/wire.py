@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
-from minimal_agent import cost, sessions
-from minimal_agent.display import one_line, say, visible
+from minimal_agent import cost, files, sessions
 from minimal_agent.errors import AgentError, without_key
+from minimal_agent.text import one_line
 from minimal_agent.transcripts import transcript_lines
 
 BASES = 3  # a request's base is one of the last few: a compaction's summary request, made
@@ -39,11 +39,15 @@ class Recorder:
     """Keeps a conversation's requests and responses in path (appended to; made when the first
     one comes). A reader of the session's events (fed at one place, completions.recorded(),
     through events.Exchanges): record() for a response, failed() for a request that got
-    none. key: the API key, replaced wherever it would be written."""
+    none. key: the API key, replaced wherever it would be written. on_lost(error): told once
+    if the record cannot be written (a full disk, a quota, a link in its place); it is given
+    up, never the conversation."""
 
-    def __init__(self, path: str | os.PathLike, key: str = "") -> None:
+    def __init__(self, path: str | os.PathLike, key: str, on_lost, notice) -> None:
         self.path = Path(path)
         self.key = key
+        self.on_lost = on_lost
+        self.notice = notice  # notice(line): where a record that cannot be read back is said
         self.file = None
         self.number = 0  # the last exchange's
         self.recent: list[dict] = []  # the last BASES requests, rebuilt: number, messages, fields
@@ -61,10 +65,11 @@ class Recorder:
         elif kind == "response":
             self.failed(self.pending, fields["error"], fields["started"], fields["seconds"])
 
-    def record(self, body: dict, resp, started: float, seconds: float, streamed: bool,
-               chunks: int | None) -> None:  # fmt: skip
-        """A response: its JSON, the time it took, and for a stream how many chunks made it."""
-        self.write(body, started, seconds, streamed, chunks, {"response": as_json(resp)})
+    def record(self, body: dict, response: object, started: float, seconds: float,
+               streamed: bool, chunks: int | None) -> None:  # fmt: skip
+        """A response (as JSON: the event's body), the time it took, and for a stream how many
+        chunks made it."""
+        self.write(body, started, seconds, streamed, chunks, {"response": response})
 
     def failed(self, body: dict, error: BaseException, started: float, seconds: float) -> None:
         """A request that got no usable response: what went wrong instead."""
@@ -79,9 +84,12 @@ class Recorder:
             return
         try:
             self.write_line(body, started, seconds, streamed, chunks, outcome)
-        except (OSError, AgentError) as error:
+        except OSError as error:  # full, a quota, an I/O error, a link in its place
             self.given_up = True
-            say(f"warning: the requests and responses are not kept from here on: {error}")
+            self.on_lost(error)
+        except AgentError as error:  # the record there cannot be read back to go on with
+            self.given_up = True
+            self.notice(f"warning: the requests and responses are not kept from here on: {error}")
 
     def write_line(self, body, started, seconds, streamed, chunks, outcome: dict) -> None:
         if self.file is None:
@@ -99,8 +107,7 @@ class Recorder:
         text = json.dumps(line, default=str)
         if self.key:
             text = without_key(text, self.key)
-        self.file.write((text + "\n").encode("utf-8"))
-        self.file.flush()
+        files.append_whole(self.file, (text + "\n").encode("utf-8"))
 
     def delta(self, body: dict) -> dict:
         """What body adds to the recent request it shares the most leading messages with."""
@@ -131,9 +138,11 @@ class Recorder:
                      "fields": exchange["fields"]}
                 )  # fmt: skip
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # saved/ for --save FILE
-        self.file = sessions.open_for_append(self.path)
+        self.file = files.open_record(self.path)  # an OSError here gives the record up
+        sessions.lock(self.file.fileno(), self.path)  # as the transcript's: one writer
         if self.file.tell() and not ends_with_newline(self.path):
-            self.file.write(b"\n")  # a line half written when the agent was stopped ends here
+            # a line half written when the agent was stopped ends here
+            files.append_whole(self.file, b"\n")
 
     def close(self) -> None:
         if self.file:
@@ -148,16 +157,6 @@ def shared_prefix(earlier: list[dict], messages: list[dict]) -> int:
             break
         shared += 1
     return shared
-
-
-def as_json(resp) -> object:
-    """A response as JSON: the fields the server sent (a ChatCompletion's, as the SDK read
-    them; a stream's, as its chunks made them)."""
-    if hasattr(resp, "model_dump"):
-        return resp.model_dump(mode="json", exclude_unset=True, warnings=False)
-    if isinstance(resp, dict | list | str | int | float | bool) or resp is None:
-        return resp
-    return repr(resp)
 
 
 def ends_with_newline(path: Path) -> bool:
@@ -269,7 +268,7 @@ def path_of(index: int, call: dict) -> dict:
     parsed, problem = None, None
     try:
         parsed = json.loads(arguments or "{}")
-    except (TypeError, ValueError) as error:
+    except (TypeError, ValueError, RecursionError) as error:
         problem = f"not valid JSON ({error})"
     if parsed is not None and not isinstance(parsed, dict):
         parsed, problem = None, "JSON, but not an object"
@@ -359,16 +358,17 @@ def read_record(transcript: str | os.PathLike, folder: str | os.PathLike | None 
 # --- --show ID --wire --------------------------------------------------------------------------
 
 
-def show_wire(transcript: str | os.PathLike, folder: str | os.PathLike | None = None) -> int:
+def show_wire(transcript: str | os.PathLike, folder: str | os.PathLike | None, show) -> int:
     """--show ID --wire: each request as JSON (what is new since the request it extends; the
     rest counted), each response as JSON, the lesson's path of each tool call, and each
-    response's tokens and cost; every line escaped for the terminal."""
+    response's tokens and cost, handed to show line by line (which escapes it for the
+    terminal)."""
     exchanges = read_record(transcript, folder)
     paths = lesson_paths(exchanges)
     priced = usage_events(transcript)
     for exchange in exchanges:
         for line in exchange_lines(exchange, paths[exchange["number"]], priced):
-            print(visible(line))
+            show(line)
     return 0
 
 

@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from minimal_agent import cost, wire
+from minimal_agent import cost, files, wire
 from minimal_agent.errors import AgentError
 from minimal_agent.transcripts import transcript_lines
 
@@ -49,6 +49,13 @@ ol.messages > li { padding: .2rem .5rem; margin: .3rem 0; }
 .marked > summary, .marked > .leaf { background: #fff3b0; }
 div.call { border: 1px solid #e6c200; border-radius: 4px; padding: .3rem .8rem; margin: .5rem 0; }
 .error { color: #a00; }
+@media (max-width: 48rem) {  /* a phone: the timeline above the steps, the text full width */
+  nav { position: static; width: auto; max-height: 40vh; border-right: 0;
+        border-bottom: 1px solid #ddd; }
+  main { margin-left: 0; padding: .5rem .75rem 40vh; }
+  section.exchange { padding: .4rem .6rem .8rem; }
+  .tree ul { padding-left: .8rem; }
+}
 """
 
 
@@ -64,6 +71,10 @@ def write_page(
     target = Path(out) if out else Path(Path(transcript).name.removesuffix(".jsonl") + ".html")
     if target.is_dir():
         raise AgentError(f"{target} is a folder: give the page a file name, such as page.html")
+    try:
+        files.refuse_link(target)  # before it is read: a FIFO would never answer
+    except OSError as error:
+        raise AgentError(f"cannot write {target}: {error.strerror}") from None
     if target.exists() and not is_page(target):
         raise AgentError(f"{target} exists and is no page the agent wrote: give another name")
     try:
@@ -71,12 +82,11 @@ def write_page(
     except AgentError:
         entries = []  # the requests alone still make the page
     page = render(exchanges, entries, Path(transcript).name.removesuffix(".jsonl"))
-    partial = target.with_name(target.name + ".partial")
     try:
-        # The owner's only, as the transcript is: it holds the whole conversation.
-        with open(os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as file:
+        # The owner's only (as files.replacing makes it), as the transcript is: it holds the
+        # whole conversation.
+        with files.replacing(target) as (file, _):
             file.write(page.encode("utf-8"))
-        os.replace(partial, target)
     except OSError as error:
         raise AgentError(f"cannot write {target}: {error.strerror or error}") from None
     return str(target)
@@ -122,6 +132,7 @@ def render(exchanges: list[dict], entries: list[dict], name: str) -> str:
             "<!DOCTYPE html>",
             MARK,
             '<html lang="en"><head><meta charset="utf-8">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
             f'<meta http-equiv="Content-Security-Policy" content="{POLICY}">',
             '<meta name="referrer" content="no-referrer">',
             f"<title>Conversation {e(name)}: requests and responses</title>",

@@ -70,7 +70,10 @@ def pytest_unconfigure(config):
 
 def pytest_collection_modifyitems(config, items):
     """Skip the tests marked posix on Windows and those marked linux elsewhere than Linux,
-    saying what is missing."""
+    saying what is missing. The tests marked long go first: pytest-xdist hands the tests out
+    in this order, and one of them begun last would leave the other workers idle while it
+    runs."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)  # stable
     for item in items:
         for name, (missing, system, default_reason) in NEEDS.items():
             marker = item.get_closest_marker(name)

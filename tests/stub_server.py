@@ -772,7 +772,7 @@ def demo_script() -> list:
     read = tool_call("read_file", {"path": "tool_demo.py"}, "call_2")
     run = tool_call("run_shell", {"command": "python3 tool_demo.py"}, "call_3")
     return [
-        reply(None, write, reasoning=""),
+        reply(None, write, reasoning="Write the file first, then read it back and run it."),
         reply(None, read, reasoning="Check what was written."),
         reply(None, run, reasoning="Now run it."),
         report,

@@ -97,7 +97,7 @@ def test_the_lessons_task_end_to_end(workdir):
         "content": "exit code 0\n391\n",
     }
     assert [m.get("reasoning_content") for m in last_request if m["role"] == "assistant"] == [
-        "",
+        "Write the file first, then read it back and run it.",
         "Check what was written.",
         "Now run it.",
     ]
@@ -377,7 +377,7 @@ def test_without_a_terminal_shell_commands_are_refused_and_the_model_told(workdi
     ]
     with StubServer(script, api_key=KEY) as server:
         proc = run_in_process("--workdir", str(workdir), "touch a file", env=stub_env(server))
-    assert proc.returncode == 0
+    assert proc.returncode == 5  # refused for want of approval: no success for a script
     assert not (workdir / "ran").exists()
     answer = server.requests[1]["messages"][-1]["content"]
     assert answer.startswith("Error: PermissionError: the command was not run")

@@ -167,6 +167,7 @@ def venv_python(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
 
 
+@pytest.mark.long
 def test_a_wheel_installed_in_a_fresh_venv_works_from_any_folder(tmp_path, home, project):
     """pip install . as pipx or uv install a tool (not editable): the wheel is built from a copy
     of the sources and installed into a fresh venv, which borrows only the dependencies (openai,

@@ -6,12 +6,19 @@ commands. The installed command as a user runs it, against a stub server."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 
 import pytest
-from conftest import execute, run_agent, stub_env, use_workspace
+from conftest import ROOT, execute, run_agent, run_in_process, stub_env, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_command import command_env, run_command, user_config
+from test_undo_attacks import nobody_python
 
 KEY = "sk-users-own-key-93f1"
 CONFIG = ".config/minimal-agent/config.env"
@@ -134,4 +141,164 @@ def test_a_sandboxed_command_cannot_plant_a_config_folder_that_is_not_there_yet(
         proc = run_command("--sandbox", "--yes", "go", cwd=home, env=env)
     assert proc.returncode == 0, proc.stderr
     assert not (home / CONFIG).exists()
-    assert sorted(p.name for p in (home / ".config").iterdir()) == []
+    # The config folder made before the command ran, and covered: it stays empty.
+    assert [p.name for p in (home / ".config").iterdir()] == ["minimal-agent"]
+    assert list((home / CONFIG).parent.iterdir()) == []
+
+
+# --- Issue 35: the user's own folders whether or not they exist yet ---------------------------
+
+PLANT = (
+    "mkdir -p .config/minimal-agent && printf 'LLM_BASE_URL=%s\\n' > {config}; "
+    "mkdir -p .local/state/minimal-agent/sessions && echo forged > "
+    ".local/state/minimal-agent/sessions/prompt_history; echo end"
+)
+USERS = ["root", "nobody"]
+
+
+@pytest.fixture(params=USERS)
+def bare_home(request):
+    """An empty home folder (no .config, no .local: root's in a fresh container) and the
+    command that runs the installed agent as its owner: root as the suite runs, or an ordinary
+    user (nobody, through setpriv, when the suite runs as root)."""
+    folder = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="home-"))
+    prefix, path = [sys.executable], str(ROOT)
+    if request.param == "nobody":
+        if os.geteuid() != 0 or not (prefix := nobody_python()):
+            shutil.rmtree(folder)
+            pytest.skip("running as nobody needs root and setpriv")
+        os.chown(folder, 65534, 65534)
+        path = os.pathsep.join([str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))])
+    yield folder, [*prefix, "-c", "import sys, agent; sys.exit(agent.command())"], path
+    shutil.rmtree(folder)
+
+
+def run_in_home(home, *args: str, **settings: str) -> subprocess.CompletedProcess:
+    """The installed command started in its user's home folder (the workdir), the sessions
+    folder and config folder where they are by default."""
+    folder, command, path = home
+    env = command_env(folder, **settings)
+    env.pop("LLM_SESSIONS_DIR")
+    env.pop("XDG_STATE_HOME", None)
+    env["PYTHONPATH"] = path
+    return subprocess.run([*command, *args], cwd=folder, env=env, capture_output=True, text=True,
+                          timeout=60)  # fmt: skip
+
+
+@pytest.mark.linux("bubblewrap")
+def test_a_sandboxed_command_cannot_plant_the_config_or_the_history_in_a_bare_home(bare_home):
+    folder = bare_home[0]
+    calls = [
+        tool_call("write_file", {"path": CONFIG, "content": "LLM_BASE_URL=http://evil\n"}, "c1"),
+        tool_call("run_shell", {"command": PLANT.format(config=CONFIG) % "http://evil"}, "c2"),
+    ]
+    script = [reply(None, *calls), reply("done")]
+    with StubServer(script, api_key=KEY) as server:
+        proc = run_in_home(bare_home, "--sandbox", "--yes", "go", LLM_API_KEY=KEY,
+                           LLM_BASE_URL=server.url)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    written, ran = (m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool")
+    assert "the user's own files" in written
+    assert ran.endswith("end\n"), ran
+    assert not (folder / CONFIG).exists()
+    history = folder / ".local/state/minimal-agent/sessions/prompt_history"
+    assert not history.exists() or "forged" not in history.read_text()
+    # Made before any command ran, for the owner only.
+    assert (folder / CONFIG).parent.stat().st_mode & 0o777 == 0o700
+
+
+@pytest.mark.posix("the XDG config folder, a shell's mkdir -p and printf")
+def test_a_config_an_approved_command_changed_is_not_read_at_the_next_start(bare_home):
+    folder = bare_home[0]
+    with StubServer([reply("stolen")], api_key=KEY) as evil:
+        planting = PLANT.format(config=CONFIG) % evil.url
+        script = [reply(None, tool_call("run_shell", {"command": planting}, "c1")), reply("done")]
+        with StubServer(script, api_key=KEY) as server:
+            first = run_in_home(bare_home, "--yes", "go", LLM_API_KEY=KEY, LLM_BASE_URL=server.url)
+        assert first.returncode == 0, first.stderr
+        assert (folder / CONFIG).exists()  # without --sandbox a command runs as the user
+        [said] = [line for line in first.stderr.splitlines() if "changed while" in line]
+        assert CONFIG in said
+        second = run_in_home(bare_home, "again", LLM_API_KEY=KEY)
+    assert evil.requests == []
+    assert second.returncode == 1
+    [line] = second.stderr.splitlines()
+    assert CONFIG in line and "changed while" in line, line
+    # Saved again by its owner, it is read again.
+    os.utime(folder / CONFIG)
+    with StubServer([reply("hello")], api_key=KEY) as evil_again:
+        (folder / CONFIG).write_text(f"LLM_BASE_URL={evil_again.url}\n")
+        third = run_in_home(bare_home, "again", LLM_API_KEY=KEY)
+    assert third.returncode == 0, third.stderr
+    assert len(evil_again.requests) == 1
+
+
+@pytest.mark.linux("bubblewrap")
+def test_the_lessons_config_env_a_sandboxed_command_made_is_not_read_at_the_next_start(app):
+    # No config.env yet, the workdir the project folder: nothing above it to cover it with.
+    with StubServer([reply("stolen")], api_key=KEY) as evil:
+        planting = f"printf 'LLM_BASE_URL={evil.url}\\n' > config.env; echo end"
+        script = [reply(None, tool_call("run_shell", {"command": planting}, "c1")), reply("done")]
+        with StubServer(script, api_key=KEY) as server:
+            args = ("--workdir", str(app), "--sandbox", "--yes")
+            first = run_agent(*args, "go", env=stub_env(server), script=app / "agent.py")
+        assert first.returncode == 0, first.stderr
+        assert "changed while the agent ran" in first.stderr
+        env = {k: v for k, v in stub_env(server).items() if k != "LLM_BASE_URL"}
+        second = run_agent(*args, "again", env=env, script=app / "agent.py")
+    assert evil.requests == []
+    assert second.returncode == 1
+    [line] = second.stderr.splitlines()
+    assert "config.env was changed while the agent ran" in line, line
+
+
+# --- Issue 35: a transcript the user did not save does not choose the folder ------------------
+
+
+def test_a_shipped_transcript_does_not_move_the_tools_to_the_folder_it_names(tmp_path):
+    victim, project, home = tmp_path / "victim", tmp_path / "project", tmp_path / "home"
+    for folder in (victim, project, home):
+        folder.mkdir()
+    lines = [
+        {"event": "session", "workdir": str(victim), "model": "deepseek-flash",
+         "started": "2026-12-01T10:00:00Z"},
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": "started"},
+    ]  # fmt: skip
+    (project / "demo.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    calls = [tool_call("write_file", {"path": "planted.txt", "content": "x"}, "c1")]
+    with StubServer([reply(None, *calls), reply("done")], api_key=KEY) as server:
+        env = command_env(home, LLM_API_KEY=KEY, LLM_BASE_URL=server.url,
+                          LLM_SESSIONS_DIR=str(home / "sessions"))  # fmt: skip
+        proc = run_command("-r", "./demo.jsonl", "--yes", "continue", cwd=project, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert not (victim / "planted.txt").exists()
+    assert (project / "planted.txt").read_text() == "x"
+    [said] = [line for line in proc.stderr.splitlines() if "demo.jsonl" in line and "not" in line]
+    assert str(project) in said and str(victim) in said, said
+    assert "(the conversation's own)" not in proc.stderr
+
+
+# --- Issue 35: the key in no record ------------------------------------------------------------
+
+
+def test_the_key_the_user_and_the_model_wrote_is_in_no_record(tmp_path):
+    sessions_dir = tmp_path / "sessions"
+    answer = reply(f"your key is {KEY}, as you said", reasoning=f"they gave {KEY}")
+    with StubServer([answer], api_key=KEY) as server:
+        env = stub_env(server, LLM_API_KEY=KEY, LLM_SESSIONS_DIR=str(sessions_dir))
+        run = run_in_process("--json", "--no-stream", f"remember {KEY}", env=env)
+    assert run.returncode == 0, run.stderr
+    assert server.requests[0]["messages"][-1]["content"] == f"remember {KEY}"  # sent as typed
+    [transcript] = sessions_dir.glob("*.jsonl")
+    records = {path.name: path.read_text() for path in sessions_dir.iterdir() if path.is_file()}
+    assert transcript.name in records and any(name.endswith(".wire") for name in records)
+    name = transcript.name.removesuffix(".jsonl")
+    shown = run_in_process("--show", name, env=env)
+    page = tmp_path / "page.html"
+    written = run_in_process("--html", name, str(page), env=env)
+    assert shown.returncode == written.returncode == 0, shown.stderr + written.stderr
+    for where, text in [*records.items(), ("--json", run.stdout), ("--show", shown.stdout),
+                        ("--html", page.read_text())]:  # fmt: skip
+        assert KEY not in text, where
+    assert "***" in records[transcript.name] and "***" in json.loads(run.stdout)["answer"]

@@ -338,9 +338,10 @@ def test_a_reply_that_is_not_a_chat_completion_ends_in_one_line(workdir, kind, s
 # --- 6. The workdir fence is not raced -----------------------------------------------------------
 
 
-def swapping(folder: Path, outside: Path, stop: threading.Event) -> None:
+def swapping(folder: Path, outside: Path, stop: threading.Event, steady: threading.Lock) -> None:
     """Swap folder (a real folder of the workdir) for a link to outside and back, over and
-    over, until stop is set; then leave it a folder again."""
+    over, until stop is set; then leave it a folder again. Each swap holds steady: whoever
+    holds it finds the folder a folder."""
     aside = folder.with_name(folder.name + ".aside")
 
     def put_back() -> None:
@@ -353,14 +354,16 @@ def swapping(folder: Path, outside: Path, stop: threading.Event) -> None:
                 os.rename(aside, folder)
 
     while not stop.is_set():
-        try:
-            os.rename(folder, aside)
-            os.symlink(outside, folder)
-            time.sleep(0)
-            os.unlink(folder)
-            os.rename(aside, folder)
-        except OSError:
-            put_back()
+        with steady:
+            try:
+                os.rename(folder, aside)
+                os.symlink(outside, folder)
+                time.sleep(0)
+                os.unlink(folder)
+                os.rename(aside, folder)
+            except OSError:
+                put_back()
+        time.sleep(0)  # a thread waiting for steady gets it
     put_back()
 
 
@@ -378,23 +381,26 @@ def test_a_link_swapped_in_cannot_lead_a_tool_outside(tmp_path, tool):
     else:
         arguments = {"path": "sub/notes.txt"}
     call = {"id": "c1", "function": {"name": tool, "arguments": json.dumps(arguments)}}
-    stop = threading.Event()
-    swapper = threading.Thread(target=swapping, args=(work / "sub", outside, stop))
+    stop, steady = threading.Event(), threading.Lock()
+    swapper = threading.Thread(target=swapping, args=(work / "sub", outside, stop, steady))
     swapper.start()
-    results = []
+    raced, between = [], []  # calls at any moment of the swaps; calls between two swaps
     deadline = time.monotonic() + 3
     try:
         while time.monotonic() < deadline:
-            results.append(execute(call))
+            raced.append(execute(call))
+            with steady:
+                between.append(execute(call))
     finally:
         stop.set()
         swapper.join()
 
     assert (outside / "notes.txt").read_text() == "SECRET outside the workdir\n"
     assert sorted(p.name for p in outside.iterdir()) == ["notes.txt"]  # no temporary file left
-    assert not any("SECRET" in result for result in results)
-    worked = [r for r in results if not r.startswith("Error")]
-    assert worked  # the tool did work whenever the folder was a folder
+    assert not any("SECRET" in result for result in raced + between)
+    # The tool did work whenever the folder was a folder: however loaded the machine, and
+    # however the swaps fell, the fence never refused a call it should have let through.
+    assert between and not any(result.startswith("Error") for result in between), between
 
 
 def test_links_inside_the_workdir_still_work(workdir):

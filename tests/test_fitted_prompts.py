@@ -183,7 +183,7 @@ def test_below_60x24_one_line_refuses_to_ask_and_nothing_runs(workdir, rows, col
         child = agent_on_terminal(server, rows, columns, "--workdir", str(workdir), "go")
         child.expect_exact("done")
         output = child.logfile_read.getvalue().decode()
-        assert finish(child) == 0
+        assert finish(child) == 5  # refused for want of approval
     assert "Run it?" not in output
     assert f"not run: the terminal is {columns}x{rows}, too small" in output
     assert not (workdir / "X").exists()
@@ -301,6 +301,31 @@ def test_390_character_lines_keep_the_file_name_and_question_on_screen(workdir):
 
 
 @on_a_terminal
+def test_a_diff_of_control_characters_at_the_screens_width_keeps_the_question_on_it(workdir):
+    """Issue 40: each control character is shown as its escape (ESC as \\x1b: four columns,
+    not one), so the prompt counts the rows the escapes take: no diff line wraps, and the file
+    name and the question stay on the screen."""
+    line = ("\x1b[2J\x07" * 20)[:73]  # 80 columns less the diff's indent and the last one
+    content = "".join(f"{line}\n" for _ in range(30))
+    with StubServer([write_call("evil.txt", content), reply("done")]) as server:
+        child = agent_on_terminal(server, 24, 80, "--workdir", str(workdir), "--confirm-writes",
+                                  "go")  # fmt: skip
+        child.expect_exact(WRITE_IT)
+        shown = screen(child, 24, 80)
+        child.sendline("n")
+        child.expect_exact("done")
+        assert finish(child) == 0
+    assert "  write evil.txt: new file, 30 lines" in shown, "\n".join(shown)
+    asked(shown, "Write it? [y/N/a]")
+    first = shown.index("  write evil.txt: new file, 30 lines")
+    last = next(n for n, row in enumerate(shown) if row.startswith("  ("))
+    diff = [row for row in shown[first + 1 : last] if "lines of the diff left out" not in row]
+    assert all(row.startswith("      ") and len(row) < 80 for row in diff), "\n".join(shown)
+    assert any(row.startswith("      +\\x1b[2J\\x07") for row in diff)
+    assert not (workdir / "evil.txt").exists()
+
+
+@on_a_terminal
 def test_y_typed_while_the_model_thinks_does_not_approve_the_write(workdir):
     typed = threading.Event()
 
@@ -334,7 +359,7 @@ def test_the_write_prompt_refuses_to_ask_below_60x24(workdir):
                                   "go")  # fmt: skip
         child.expect_exact("done")
         output = child.logfile_read.getvalue().decode()
-        assert finish(child) == 0
+        assert finish(child) == 5  # refused for want of approval
     assert "Write it?" not in output and "not written: the terminal is 80x20" in output
     assert not (workdir / "a.txt").exists()
 

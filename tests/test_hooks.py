@@ -17,7 +17,6 @@ from test_json import EVENTS, valid
 import agent
 from minimal_agent import hooks, settings_json
 from minimal_agent.errors import AgentError
-from minimal_agent.events import Events
 
 KEY = "sk-test-hooks-0123456789abcdef"
 
@@ -26,9 +25,9 @@ def with_hooks(folder, settings: dict) -> tuple[agent.Workspace, list]:
     """A workspace with the hooks of a settings.json's "hooks", and the events they emit."""
     ws = agent.Workspace(folder)
     ws.key = KEY
-    hooks.add_from(ws.hooks, settings)
+    hooks.add_from(ws.hooks, settings, ws.events.notice)
     seen: list = []
-    ws.hooks.emit = lambda kind, **fields: seen.append(fields)
+    ws.events.subscribe(lambda kind, fields: seen.append(fields) if kind == "hook" else None)
     return ws, seen
 
 
@@ -210,9 +209,7 @@ def test_stop_hooks_run_when_a_turn_ends_and_each_run_is_kept_in_the_transcript(
     ran = tmp_path / "stop.json"
     ws, _ = with_hooks(workdir, hook("Stop", f"cat > {ran}"))
     save = tmp_path / "t.jsonl"
-    events = Events()
-    agent.run("hi", FakeClient(reply("done")), model="test", workspace=ws, save=save,
-              events=events)  # fmt: skip
+    agent.run("hi", FakeClient(reply("done")), model="test", workspace=ws, save=save)
     assert json.loads(ran.read_text())["hook_event_name"] == "Stop"
     kept = [json.loads(line) for line in save.read_text().splitlines()]
     runs = [entry for entry in kept if entry.get("event") == "hook"]

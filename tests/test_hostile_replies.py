@@ -311,6 +311,26 @@ def test_a_reply_that_other_servers_send_still_works(workdir):
     assert server.requests[1]["messages"][-1]["content"] == "hello"
 
 
+# --- Any depth, any size: nesting, long strings, huge numbers, duplicate keys (issue 35) ------
+
+DEEP = 10_000  # levels of nesting, far past Python's recursion limit
+
+
+def nested(depth: int) -> str:
+    return "[" * depth + "1" + "]" * depth
+
+
+PLACEHOLDER = "@@EXTREME@@"
+EXTREMES = {  # JSON text put in place of a field's value, as the server sends it
+    "nested 260 deep": nested(260),
+    "nested 10,000 deep": nested(DEEP),
+    "objects nested 10,000 deep": '{"a":' * DEEP + "1" + "}" * DEEP,
+    "a 10 MB string": json.dumps("x" * 10_000_000),
+    "a 5,000-digit integer": "9" * 5000,
+    "a 100,000-digit integer": "9" * 100_000,
+    "1e999": "1e999",
+}
+
 # --- Fuzz: arbitrary JSON in every field of a reply, streamed and not ---------------------------
 
 json_values = st.recursive(
@@ -319,7 +339,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3)
     | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=6,
-)  # fmt: skip
+) | st.sampled_from([f"@@{name}@@" for name in EXTREMES])  # fmt: skip
 FIRST = completion(
     {"role": "assistant", "content": "", "reasoning_content": "Read it.", "tool_calls": [CALL]}
 )
@@ -391,6 +411,8 @@ def run_mutated(server: Serving, answer: Mutable, document: object, changes, str
     else:
         answer.kind = "application/json"
         answer.first = json.dumps(document).encode()
+    for name, text in EXTREMES.items():  # drawn as a marker, sent as the JSON text itself
+        answer.first = answer.first.replace(json.dumps(f"@@{name}@@").encode(), text.encode())
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / "a.txt").write_text("hello")
         done = agent(server, folder, stream, "--max-steps", "3", "Read a.txt.")
@@ -415,3 +437,105 @@ def test_any_json_in_any_field_of_a_reply_never_crashes_the_agent(fuzzed, change
 @given(changes=mutations(chunks(FIRST)))
 def test_any_json_in_any_field_of_a_streams_chunks_never_crashes_the_agent(fuzzed, changes):
     run_mutated(*fuzzed, chunks(FIRST), changes, "--stream")
+
+
+UNREAD = {"role": "assistant", "content": "Done.", "extra": PLACEHOLDER}
+READ = {"role": "assistant", "content": PLACEHOLDER}  # content: a field the agent reads
+
+
+def with_extreme(document: object, extreme: str) -> bytes:
+    return json.dumps(document).replace(json.dumps(PLACEHOLDER), extreme).encode()
+
+
+def extreme_answer(message: dict, extreme: str, top_level: bool = False):
+    """A server whose first reply holds extreme where message (or the reply's own top level)
+    says PLACEHOLDER; streamed as one chunk when the request asks for a stream."""
+    reply = completion(message, **({"extra": PLACEHOLDER} if top_level else {}))
+    calls = iter([0])
+
+    def answer(request: dict, headers):
+        if next(calls, None) is None:
+            return served([])(request, headers)
+        if request.get("stream"):
+            pieces = chunks(reply)
+            body = b"".join(b"data: " + with_extreme(p, extreme) + b"\n\n" for p in pieces)
+            return 200, "text/event-stream", body + b"data: [DONE]\n\n"
+        return 200, "application/json", with_extreme(reply, extreme)
+
+    return answer
+
+
+def duplicate_keys_answer(request: dict, headers):
+    """A reply whose message, call and usage each name a field twice, the second of a wrong
+    kind: JSON allows it, the last one counts."""
+    body = json.dumps(completion({"role": "assistant", "content": "Done."}))
+    body = body.replace('"content": "Done."', '"content": "Done.", "content": "Again."')
+    body = body.replace('"prompt_tokens": 10', '"prompt_tokens": 10, "prompt_tokens": 11')
+    body = body.replace('"model": "deepseek-flash"', '"model": "deepseek-flash", "model": {}')
+    if request.get("stream"):
+        return 200, "text/event-stream", b"data: " + body.encode() + b"\n\ndata: [DONE]\n\n"
+    return 200, "application/json", body.encode()
+
+
+def assert_clean_or_one_line(done, transcript: Path) -> None:
+    """A clean run, or one error line; never a traceback; the transcript valid either way."""
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "bug in the agent" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode in (0, 1), done.stderr[-3000:]
+    for line in transcript.read_text().splitlines():
+        json.loads(line)
+    if done.returncode == 1:
+        assert len(errors(done.stderr)) == 1, done.stderr[-3000:]
+        assert len(errors(done.stderr)[0]) < 400
+        assert transcript.stat().st_size < 100_000  # nothing of the unusable reply was kept
+
+
+def run_saved(server: Serving, workdir, *args: str):
+    transcript = Path(workdir).parent / "saved.jsonl"
+    env = stub_env(server, LLM_BASE_URL=f"{server.url}/v1", LLM_CONTEXT_TOKENS="100000")
+    done = run_in_process(
+        "--workdir", str(workdir), "--save", str(transcript), *args, env=env
+    )  # fmt: skip
+    return done, transcript
+
+
+@pytest.mark.parametrize("stream", STREAM)
+@pytest.mark.parametrize("where", ["unread", "read", "top level"])
+@pytest.mark.parametrize("extreme", list(EXTREMES))
+def test_no_depth_or_size_of_a_reply_crashes_the_agent(workdir, extreme, where, stream):
+    message = READ if where == "read" else UNREAD
+    answer = extreme_answer(message, EXTREMES[extreme], top_level=where == "top level")
+    with Serving(answer) as server:
+        done, transcript = run_saved(server, workdir, stream, "Hi.")
+    assert_clean_or_one_line(done, transcript)
+
+
+@pytest.mark.parametrize("stream", STREAM)
+def test_duplicate_keys_in_a_reply_never_crash_the_agent(workdir, stream):
+    with Serving(duplicate_keys_answer) as server:
+        done, transcript = run_saved(server, workdir, stream, "Hi.")
+    assert_clean_or_one_line(done, transcript)
+
+
+@pytest.mark.parametrize("stream", STREAM)
+@pytest.mark.parametrize("extreme", list(EXTREMES))
+def test_a_calls_arguments_of_any_depth_or_size_never_crash_the_agent(workdir, extreme, stream):
+    """The arguments string is JSON the agent itself reads: the extremes inside it."""
+    arguments = json.dumps({"path": "a.txt", "extra": PLACEHOLDER})
+    call = {**CALL, "function": {"name": "read_file", "arguments": arguments}}
+    reply = completion({"role": "assistant", "content": None, "tool_calls": [call]})
+    text = json.dumps(EXTREMES[extreme])[1:-1]  # inside the arguments' own string
+    body = json.dumps(reply).replace(PLACEHOLDER.join(['\\"'] * 2), text).encode()
+
+    def answer(request: dict, headers):
+        if len(server.requests) > 1:
+            return served([])(request, headers)
+        if request.get("stream"):
+            pieces = chunks(json.loads(body))
+            return 200, "text/event-stream", stream_text(pieces)
+        return 200, "application/json", body
+
+    (workdir / "a.txt").write_text("hello")
+    with Serving(answer) as server:
+        done, transcript = run_saved(server, workdir, stream, "Read a.txt.")
+    assert_clean_or_one_line(done, transcript)

@@ -37,7 +37,8 @@ def test_every_configuration_starts_agent_py_in_a_terminal():
 def test_the_replay_configuration_runs_offline_with_no_key(workdir):
     config = CONFIGS["Agent: replay the example (no API key)"]
     proc = run_agent(*arguments(config, workdir), env=clean_env(LLM_API_KEY=""))
-    assert proc.returncode == 0, proc.stderr
+    # Here without the IDE's terminal nobody approves the command: refused, exit code 5.
+    assert proc.returncode == 5, proc.stderr
     assert "391" in proc.stdout
     assert (workdir / "tool_demo.py").exists()
 

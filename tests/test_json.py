@@ -5,19 +5,26 @@ without the options."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
+import selectors
 import signal
 import subprocess
 import sys
+import threading
 
 import jsonschema
 import pytest
 from conftest import ROOT, clean_env, run_agent, run_in_process, stub_env, wait_for
 from fake_model import FakeClient, reply, tool_call
 from referencing import Registry, Resource
-from stub_server import Fail, StubServer
+from stub_server import Billed, Fail, Streamed, StubServer
+from test_chat import read_line
 
 import agent
+from minimal_agent import events
 from minimal_agent.events import Events
 from minimal_agent.session import Session
 
@@ -193,15 +200,169 @@ def test_a_reader_of_the_stream_gets_each_request_as_sent_and_each_response_as_r
     stream = Events()
     stream.subscribe(lambda kind, fields: seen.append((kind, fields)))
     client = FakeClient(reply(None, tool_call("read_file", {"path": "x"}, "c1")), reply("ok"))
-    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir), events=stream)
+    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir, events=stream))
     agent.run("go", client, model="m", session=session)
     kinds = [kind for kind, _ in seen]
     assert kinds[:2] == ["message", "message"]  # the system prompt, then the task
-    assert kinds[2:] == ["turn", "request", "response", "reply", "message", "message",
-                         "request", "response", "reply", "message", "turn_end"]  # fmt: skip
+    assert kinds[2:] == ["turn", "waiting", "request", "response", "waited", "reply", "message",
+                         "tool_call", "tool_result", "message",
+                         "waiting", "request", "response", "waited", "reply", "message",
+                         "answer", "turn_end", "usage"]  # fmt: skip
     requests = [fields for kind, fields in seen if kind == "request"]
     # The same model, tools, parameters and messages as the client got.
     assert [request["body"] for request in requests] == client.requests
     response = next(fields for kind, fields in seen if kind == "response")
     assert response["body"]["choices"][0]["message"]["tool_calls"][0]["id"] == "c1"
     assert response["streamed"] is False and response["seconds"] >= 0
+
+
+# --- What a walk-through found (issue 39): each row as a script would read it ---------------
+
+OFF_PEAK = 1_796_000_000  # a time DeepSeek bills at its off-peak prices
+
+
+def test_a_usage_error_before_anything_is_saved_names_no_conversation(workdir):
+    proc = run_in_process("--workdir", str(workdir), "--json", env=clean_env(LLM_API_KEY="k"))
+    record = the_result(proc)
+    assert proc.returncode == 2 and record["status"] == "usage"
+    assert record["session_id"] is None and record["transcript"] is None
+
+
+def test_money_is_rounded_to_ten_places_in_plain_notation_in_both_outputs(workdir):
+    """392 cache-miss tokens at $0.15 per million: 5.88e-05 as Python writes the float."""
+    for option in ("--json", "--json-events"):
+        script = [Billed(reply("hi"), created=OFF_PEAK, miss=392)]
+        with StubServer(script) as server:
+            proc = run_in_process("--workdir", str(workdir), option, "go", env=stub_env(server))
+        assert proc.returncode == 0, proc.stderr
+        written = re.findall(r'"cost": ([^,}]*)', proc.stdout)
+        assert written == ["0.0000588"] * (2 if option == "--json-events" else 1), proc.stdout
+        records = the_events(proc.stdout) if option == "--json-events" else [the_result(proc)]
+        assert records[-1]["cost"] == 0.0000588
+
+
+def test_money_keeps_no_float_noise():
+    out = io.StringIO()
+    events.write(out, {"cost": 0.00023753399999999997, "other": 1e-05}, key="sk-x")
+    assert out.getvalue() == '{"cost": 0.000237534, "other": 1e-05}\n'
+    out = io.StringIO()
+    events.write(out, {"cost": 0.0}, key="sk-x")
+    assert json.loads(out.getvalue()) == {"cost": 0}
+
+
+def test_a_budget_stop_counts_the_turn_it_cut_short_as_the_step_limit_does(workdir):
+    reading = reply(None, tool_call("read_file", {"path": "x"}, "c1"))
+    records = {}
+    for options in (["--max-cost", "0.05"], ["--max-steps", "2"]):
+        script = [Billed(reading, created=OFF_PEAK, miss=200_000)] * 3  # $0.03 a reply
+        with StubServer(script) as server:
+            proc = run_in_process(
+                "--workdir", str(workdir), "--json", *options, "go", env=stub_env(server)
+            )
+        records[options[0]] = the_result(proc)
+    assert records["--max-cost"]["status"] == "budget"
+    assert records["--max-steps"]["status"] == "max_steps"
+    for record in records.values():
+        assert (record["turns"], record["steps"], record["tool_calls"]) == (1, 2, 2)
+
+
+def test_a_run_whose_commands_nobody_could_approve_is_no_success(workdir):
+    """Piped: nobody is at a terminal to approve run_shell. The model gets an error and says it
+    is done; the script gets exit 5, status refused, and which call was refused and why."""
+    script = [
+        reply(None, tool_call("run_shell", {"command": "touch out.txt"}, "c1")),
+        reply("I made out.txt."),
+    ]
+    for option in ("--json", "--json-events"):
+        with StubServer(script) as server:
+            proc = run_in_process(
+                "--workdir", str(workdir), option, "make out.txt", env=stub_env(server)
+            )
+        assert proc.returncode == 5, proc.stderr
+        assert not (workdir / "out.txt").exists()
+        lines = the_events(proc.stdout) if option == "--json-events" else [the_result(proc)]
+        record = lines[-1]
+        assert record["status"] == "refused" and record["exit_code"] == 5
+        assert [(r["id"], r["name"]) for r in record["refused"]] == [("c1", "run_shell")]
+        assert "not a terminal" in record["refused"][0]["why"]
+        assert "--yes" in record["refused"][0]["why"]
+        assert "not run: stdin is not a terminal" in proc.stderr
+        if option == "--json-events":
+            result = next(line for line in lines if line["type"] == "tool_result")
+            assert result["refused"] == record["refused"][0]["why"]
+
+
+def test_a_run_with_yes_refuses_nothing_and_says_so(workdir):
+    script = [reply(None, tool_call("run_shell", {"command": "touch out.txt"}, "c1")), reply("ok")]
+    with StubServer(script) as server:
+        proc = run_in_process("--workdir", str(workdir), "--yes", "--json-events", "go",
+                              env=stub_env(server))  # fmt: skip
+    lines = the_events(proc.stdout)
+    assert proc.returncode == 0 and lines[-1]["status"] == "finished"
+    assert lines[-1]["refused"] == []
+    assert [line["refused"] for line in lines if line["type"] == "tool_result"] == [None]
+
+
+CTRL_D_HINT = "then end it with Ctrl-D"
+
+
+@pytest.mark.posix("select() on a pipe")
+def test_the_ctrl_d_hint_only_where_a_person_may_be_typing(workdir):
+    """A pipe that holds the task already gets no hint; one with nothing in it yet (an IDE's
+    console, where a person types) gets it, and the task typed after it is read."""
+    with StubServer([reply("one")]) as server:
+        read_end, write_end = os.pipe()
+        os.write(write_end, b"the piped task\n")
+        os.close(write_end)
+        piped = subprocess.run(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--json"],
+            stdin=read_end, capture_output=True, text=True, env=stub_env(server), timeout=60,
+        )  # fmt: skip
+        os.close(read_end)
+    with StubServer([reply("two")]) as server:
+        typed = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--json"],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=stub_env(server),
+        )  # fmt: skip
+        try:
+            first = typed.stderr.readline()
+            while "no task given" not in first and first:
+                first = typed.stderr.readline()
+            out, err = typed.communicate("the typed task\n", timeout=60)
+        finally:
+            typed.kill()
+    assert piped.returncode == 0 and CTRL_D_HINT not in piped.stderr, piped.stderr
+    assert the_result(piped)["answer"] == "one"
+    assert CTRL_D_HINT in first
+    assert typed.returncode == 0 and json.loads(out)["answer"] == "two"
+    assert server.requests[0]["messages"][-1]["content"] == "the typed task"
+
+
+@pytest.mark.posix("select() on a pipe, which Windows allows only on sockets")
+def test_a_reader_of_json_events_gets_the_first_event_while_the_model_is_still_asked(workdir):
+    """Issue 40: each event is handed on when it happens, not when the output's buffer is
+    full or the run ends: the turn_start line is there while the reply is still held back,
+    and nothing after it yet."""
+    held = threading.Event()
+    with StubServer([Streamed(reply("done"), hold=held)]) as server:
+        env = stub_env(server)
+        env.pop("PYTHONUNBUFFERED", None)  # a pipe gets block-buffered output, as for users
+        proc = subprocess.Popen(
+            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--stream",
+             "--json-events", "go"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+        )  # fmt: skip
+        try:
+            first = json.loads(read_line(proc.stdout, timeout=60))
+            more = selectors.DefaultSelector()
+            more.register(proc.stdout, selectors.EVENT_READ)
+            assert not more.select(0) and proc.poll() is None  # still waiting on the model
+            held.set()
+            rest, err = proc.communicate(timeout=60)
+        finally:
+            held.set()
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert first["type"] == "turn_start" and first["task"] == "go"
+    assert [line["type"] for line in the_events(rest.decode())] == ["reply", "turn_end", "end"]

@@ -295,6 +295,7 @@ def test_the_window_from_llm_context_tokens(workdir, tmp_path):
     assert compactions(save) and fits(stub)
 
 
+@pytest.mark.long
 def test_a_server_without_window_endpoints_neither_slows_nor_fails_the_start(workdir):
     """Every window endpoint answers 404 and the model is not a known one: the agent asks, in
     the background, finds nothing, and runs as fast as when the window is set. The two runs

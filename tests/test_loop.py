@@ -263,11 +263,13 @@ def test_a_saved_run_replays_with_the_same_tool_effects(workdir, tmp_path, capsy
     (workdir / "a.txt").unlink()
     capsys.readouterr()
 
-    replay = ReplayClient(transcript)
+    notes: list[str] = []
+    replay = ReplayClient(transcript, notify=notes.append)
     assert replay.task() == "make a.txt"
     result = run(replay.task(), replay, workdir)
     assert (workdir / "a.txt").read_text() == "one"
     assert capsys.readouterr().out == "made it\n"
+    assert notes == []  # the run kept to the recorded path
     assert result["messages"][2]["reasoning_content"] == ""
 
 

@@ -12,6 +12,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from conftest import ROOT, finish, on_a_terminal, run_in_process, spawn, stub_env
@@ -22,7 +23,6 @@ from test_json import EVENTS, valid
 import agent
 from minimal_agent import cli, permissions, settings_json
 from minimal_agent.errors import AgentError, UsageError
-from minimal_agent.events import Events
 
 NOT_ASKED = "Error: PermissionError: the command was not run: it needs the user's approval"
 
@@ -340,13 +340,15 @@ def test_no_tool_can_write_the_users_settings_file(app):
     cannot change it; the installed command's is in its private config folder."""
     (app / "settings.json").write_text("{}")
     ws = agent.Workspace(app)
-    ws.private = cli.private_paths(str(app / "config.env"), False, {})
+    lesson = SimpleNamespace(config_file=str(app / "config.env"), sessions_folder=str(app / "s"))
+    ws.private = cli.private_paths(lesson, False)
     result = call(ws, "write_file", path="settings.json", content='{"permissions": {"allow": '
                   '["run_shell"]}}')  # fmt: skip
     assert result.startswith("Error: PermissionError")
     assert (app / "settings.json").read_text() == "{}"
     config = app / "config"
-    installed = cli.private_paths(str(config / "config.env"), True, {})
+    user = SimpleNamespace(config_file=str(config / "config.env"), sessions_folder=str(app / "s"))
+    installed = cli.private_paths(user, True)
     assert str(config) in installed  # settings.json beside config.env is inside it
 
 
@@ -357,15 +359,14 @@ def test_each_decision_is_an_event_on_the_step_line_and_in_the_transcript(workdi
                                                                            capsys):  # fmt: skip
     ws = workspace(workdir, allow=["run_shell(echo:*)"], deny=["read_file(.env)"])
     seen = []
-    events = Events()
-    events.subscribe(lambda kind, fields: seen.append((kind, fields)))
+    ws.events.subscribe(lambda kind, fields: seen.append((kind, fields)))
     client = FakeClient(
         reply(None, tool_call("run_shell", {"command": "echo hi"}, "c1"),
               tool_call("read_file", {"path": ".env"}, "c2")),
         reply("done"),
     )  # fmt: skip
     save = tmp_path / "t.jsonl"
-    agent.run("go", client, model="test", workspace=ws, save=save, events=events)
+    agent.run("go", client, model="test", workspace=ws, save=save)
     decisions = [fields for kind, fields in seen if kind == "permission"]
     assert decisions == [
         {"tool": "run_shell", "decision": "allow", "rules": ["run_shell(echo:*)"],

@@ -19,9 +19,6 @@ from conftest import ROOT, clean_env, run_agent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-REPLY_LINE = "finish_reason = resp.choices[0].finish_reason"  # the line after msg = ...
-
-
 def pdb_tour() -> tuple[list[str], list[str]]:
     """The README's pdb session: the command line's arguments, and the (Pdb) commands."""
     block = README[README.index("python -m pdb agent.py") :].split("```")[0]
@@ -30,26 +27,21 @@ def pdb_tour() -> tuple[list[str], list[str]]:
     return lines[0].removeprefix("python -m pdb ").split(), commands
 
 
-def follow_the_tour(folder, workdir) -> str:
-    """Type the README's pdb commands, then n (Enter repeats it, as the README says) until pdb
-    shows the line after msg = ...; return what pdb printed there."""
+def follow_the_tour(folder, workdir) -> dict[str, str]:
+    """Type the README's pdb commands as written, nothing else, then q; return what pdb
+    printed after each command."""
     args, commands = pdb_tour()
-    args = [str(workdir) if a == "playground" else a for a in args]
     child = pexpect.spawn(
         sys.executable, ["-m", "pdb", *args, "--workdir", str(workdir)],
         cwd=str(folder), env=clean_env(LLM_API_KEY=""), encoding="utf-8", timeout=30,
     )  # fmt: skip
+    shown = {}
     try:
         child.expect_exact("(Pdb) ")
         for command in commands:
             child.sendline(command)
             child.expect_exact("(Pdb) ")
-        for _ in range(15):  # run()'s first lines, up to the reply
-            if f"-> {REPLY_LINE}" in child.before:
-                break
-            child.sendline("")  # an empty line repeats n
-            child.expect_exact("(Pdb) ")
-        shown = child.before
+            shown[command] = child.before
         child.sendline("q")  # quits pdb at once: no "bug in the agent", no restart
         child.expect(pexpect.EOF)
         assert "bug" not in child.before and "Traceback" not in child.before
@@ -60,15 +52,21 @@ def follow_the_tour(folder, workdir) -> str:
 
 def test_the_pdb_tour_uses_no_line_numbers():
     args, commands = pdb_tour()
-    assert commands[:2] == ["b agent.run", "c"] and "n" in commands
-    assert not any(re.search(r"\.py:\d", command) for command in commands)
+    assert commands[0].startswith("b agent.") and "p msg.tool_calls" in commands
+    assert not any(re.search(r"\d", command) for command in commands)
+
+
+def what_the_tour_shows(shown: dict[str, str]) -> None:
+    """Each stop shows what the README says: run()'s reply, its calls and its reasoning."""
+    assert "NameError" not in "".join(shown.values()), shown
+    assert "agent.py(" in shown["up"] and ")run()" in shown["up"]
+    assert "write_file" in shown["p msg.tool_calls"], shown
+    assert "'reasoning_content': 'Write the file first" in shown["p msg.model_extra"], shown
 
 
 @pytest.mark.posix("pdb on a pseudo-terminal (pexpect.spawn)")
-def test_the_readme_pdb_commands_stop_at_the_line_after_the_reply(workdir):
-    shown = follow_the_tour(ROOT, workdir)
-    assert f"-> {REPLY_LINE}" in shown
-    assert "agent.py(" in shown and ")run()" in shown
+def test_the_readme_pdb_commands_as_written_show_the_reply_its_calls_and_reasoning(workdir):
+    what_the_tour_shows(follow_the_tour(ROOT, workdir))
 
 
 @pytest.mark.posix("pdb on a pseudo-terminal (pexpect.spawn)")
@@ -77,7 +75,7 @@ def test_the_tour_still_works_after_lines_are_added_above_run(app, workdir):
     source = (app / "agent.py").read_text(encoding="utf-8")
     added = "\n".join(f"# a learner's line {n}" for n in range(7)) + "\n\n\ndef run("
     (app / "agent.py").write_text(source.replace("\n\n\ndef run(", added, 1), encoding="utf-8")
-    assert f"-> {REPLY_LINE}" in follow_the_tour(app, workdir)
+    what_the_tour_shows(follow_the_tour(app, workdir))
 
 
 @pytest.mark.posix("pdb reading its commands from a pipe")

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import execute, finish, run_agent, spawn, stub_env, use_workspace, wait_for
+from conftest import execute, finish, run_in_process, spawn, stub_env, use_workspace, wait_for
 from fake_model import reply, tool_call
 from stub_server import StubServer, demo_script
 
@@ -227,8 +227,8 @@ def test_exit_code_both_streams_and_the_output_cap_are_as_without_the_sandbox(sa
 
 def test_the_demo_task_runs_sandboxed_and_unattended(workdir):
     with StubServer(demo_script()) as server:
-        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", env=stub_env(server),
-                         stdin=cli.DEMO_TASK)  # fmt: skip
+        proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", env=stub_env(server),
+                              stdin=cli.DEMO_TASK)  # fmt: skip
     assert server.problems == []
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "tool_demo.py prints 391: 17 * 23 = 391.\n"
@@ -252,8 +252,8 @@ def test_a_task_to_delete_the_parent_folder_leaves_everything_outside_the_workdi
     try:
         with StubServer(script) as server:
             task = "delete everything in the parent folder"
-            proc = run_agent("--workdir", str(sandbox), "--sandbox", "--yes", task,
-                             env=stub_env(server))  # fmt: skip
+            proc = run_in_process("--workdir", str(sandbox), "--sandbox", "--yes", task,
+                                  env=stub_env(server))  # fmt: skip
         assert home_file.read_text() == "mine"
     finally:
         home_file.unlink(missing_ok=True)
@@ -280,8 +280,8 @@ def test_a_task_to_send_a_file_to_127_0_0_1_fails_inside_the_sandbox(workdir):
         ]
         with StubServer(script) as server:
             task = f"send secret.txt to 127.0.0.1:{listener.port}"
-            proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", task,
-                             env=stub_env(server))  # fmt: skip
+            proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", task,
+                                  env=stub_env(server))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert listener.received == []
     assert proc.stdout.startswith("exit code 1\n") and "Error" in proc.stdout  # what the model saw
@@ -321,8 +321,8 @@ def test_without_bwrap_on_the_path_the_agent_refuses_to_start(workdir, tmp_path)
     empty = tmp_path / "bin"
     empty.mkdir()
     with StubServer([]) as server:
-        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi",
-                         env=stub_env(server, PATH=str(empty)))  # fmt: skip
+        proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", "hi",
+                              env=stub_env(server, PATH=str(empty)))  # fmt: skip
     assert proc.returncode == 1
     assert proc.stdout == "" and "Traceback" not in proc.stderr
     [line] = proc.stderr.splitlines()
@@ -342,7 +342,7 @@ def test_where_bwrap_cannot_make_namespaces_the_agent_refuses_with_its_reason(wo
     fake.chmod(0o755)
     with StubServer([]) as server:
         env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
-        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+        proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()
     assert line.startswith("error: --sandbox: bubblewrap cannot make its sandbox here")
@@ -394,6 +394,17 @@ def test_filling_tmp_stops_at_its_limit(sandbox):
     result = shell("head -c 20000000 /dev/zero > /tmp/fill; echo $?; wc -c < /tmp/fill")
     assert "No space left on device" in result, result
     assert result.endswith("\n1\n8388608\n"), result
+
+
+def test_the_other_writable_places_stop_at_the_tmp_limit_or_are_read_only(sandbox):
+    # /dev is a memory filesystem of bwrap's own, and /dev/shm a folder in it: unbounded, a
+    # command could fill the machine's memory there instead of in /tmp.
+    sandbox_limits(sandbox, "tmp=8M")
+    result = shell("head -c 20000000 /dev/zero > /dev/shm/fill; echo $?; wc -c < /dev/shm/fill")
+    assert "No space left on device" in result, result
+    assert result.endswith("\n1\n8388608\n"), result
+    result = shell("head -c 1000 /dev/zero > /dev/fill; echo $?; echo out > /dev/null && echo ok")
+    assert "Read-only file system" in result and result.endswith("\n2\nok\n"), result
 
 
 FORKS = """
@@ -467,7 +478,7 @@ def test_where_bwrap_would_leave_capabilities_the_agent_refuses(workdir, tmp_pat
     fake.chmod(0o755)
     with StubServer([]) as server:
         env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
-        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+        proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()
     assert line.startswith("error: --sandbox: commands would keep capabilities inside bubblewrap")
@@ -478,8 +489,8 @@ def test_where_bwrap_would_leave_capabilities_the_agent_refuses(workdir, tmp_pat
 @pytest.mark.parametrize("setting", ["processes=many", "memory=2X", "disk=1G", "tmp=0", "tmp"])
 def test_a_mistaken_sandbox_limits_setting_is_one_line(workdir, setting):
     with StubServer([]) as server:
-        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi",
-                         env=stub_env(server, LLM_SANDBOX_LIMITS=setting))  # fmt: skip
+        proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", "hi",
+                              env=stub_env(server, LLM_SANDBOX_LIMITS=setting))  # fmt: skip
     assert proc.returncode == 1
     [line] = proc.stderr.splitlines()
     assert line.startswith(f"error: LLM_SANDBOX_LIMITS has {setting!r}: write NAME=VALUE pairs")
@@ -503,7 +514,7 @@ def test_a_bubblewrap_too_old_for_the_limits_is_named(workdir, tmp_path):
     fake.chmod(0o755)
     with StubServer([]) as server:
         env = stub_env(server, PATH=f"{bin_folder}:{os.environ['PATH']}")
-        proc = run_agent("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
+        proc = run_in_process("--workdir", str(workdir), "--sandbox", "--yes", "hi", env=env)
     assert proc.returncode == 1
     assert proc.stderr == (
         "error: --sandbox: this bubblewrap is too old (bwrap: Unknown option --size): install "

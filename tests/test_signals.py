@@ -4,6 +4,7 @@ with the command and everything it started killed. Real processes, real signals.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -15,7 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, alive, run_agent, stub_env, wait_for
 from fake_model import reply, tool_call
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from stub_server import StubServer
+from test_json import the_events
 
 # The agent, with subprocess.Popen made to signal the agent itself as soon as the command has
 # started: the signal is there before run_shell is back from starting it. (Other processes,
@@ -114,6 +118,7 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     assert not alive(int(pid_file.read_text()))
 
 
+@pytest.mark.long
 @pytest.mark.linux("runs the worst-moment tests above, which need /proc")
 def test_the_signal_tests_pass_when_pytest_is_started_with_signals_ignored():
     # `nohup pytest` starts pytest with SIGHUP ignored, and a script's background job
@@ -131,3 +136,89 @@ def test_the_signal_tests_pass_when_pytest_is_started_with_signals_ignored():
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout
+
+
+# --- Bursts of signals at any moment (issue 35) -----------------------------------------------
+
+
+def many_files(workdir: Path, count: int = 3000) -> None:
+    """Enough files that the undo walk, which ends the step on the way out, takes a while."""
+    for folder in range(count // 100):
+        (workdir / f"d{folder}").mkdir()
+        for number in range(100):
+            (workdir / f"d{folder}" / f"f{number}.txt").write_text("x")
+
+
+def events_agent(server, workdir: Path, task: str = "wait") -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
+         "--json-events", task],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=stub_env(server),
+    )  # fmt: skip
+
+
+def ended_cleanly(proc: subprocess.Popen, out: str, err: str, codes: set[int]) -> None:
+    """Exit 130 or 143 (or 0 for a run that ended before the signals), no traceback, the
+    event stream valid with its end record last, saying the same exit code."""
+    assert proc.returncode in codes, err
+    assert "Traceback" not in err, err
+    assert the_events(out)[-1]["exit_code"] == proc.returncode
+
+
+@pytest.mark.posix("SIGINT to a process")
+def test_a_burst_of_ctrl_c_during_the_command_ends_with_130_and_the_end_record_last(workdir):
+    many_files(workdir)
+    command = "touch started; sleep 60"
+    script = [reply(None, tool_call("run_shell", {"command": command}, "c1"))]
+    with StubServer(script) as server:
+        proc = events_agent(server, workdir)
+        try:
+            wait_for(lambda: (workdir / "started").exists())
+            for _ in range(4):  # Ctrl-C, then three more 5 ms apart
+                proc.send_signal(signal.SIGINT)
+                time.sleep(0.005)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    ended_cleanly(proc, out, err, {130})
+
+
+@pytest.mark.long
+@pytest.mark.posix("signals to a process")
+@settings(max_examples=6, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    delay=st.floats(0, 1.2),
+    burst=st.lists(
+        st.tuples(st.sampled_from(["SIGINT", "SIGTERM"]), st.floats(0, 0.02)),
+        min_size=1, max_size=5,
+    ),
+)  # fmt: skip
+def test_signals_at_any_moment_end_in_130_or_143_with_the_stream_whole(
+    tmp_path_factory, delay, burst
+):
+    """From the agent's first line on (start-up, the request, the command, the undo walk, the
+    close), a burst of SIGINT and SIGTERM: the run ends as the first one says. The moments are
+    counted from what the agent has said, not from the clock alone, so a loaded machine only
+    shifts them."""
+    workdir = tmp_path_factory.mktemp("burst")
+    many_files(workdir, 1000)
+    steps = [
+        reply(None, tool_call("run_shell", {"command": "sleep 0.3; echo a > a.txt"}, "c1")),
+        reply(None, tool_call("write_file", {"path": "b.txt", "content": "b"}, "c2")),
+        reply("done"),
+    ]
+    with StubServer(steps) as server:
+        proc = events_agent(server, workdir)
+        try:
+            proc.stderr.readline()  # the first line: the settings are read, the session opens
+            time.sleep(delay)
+            for name, gap in burst:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(getattr(signal, name))
+                time.sleep(gap)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+    first = 130 if burst[0][0] == "SIGINT" else 143
+    ended_cleanly(proc, out, err, {0, first} if proc.returncode == 0 else {first})

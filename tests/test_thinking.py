@@ -137,7 +137,7 @@ def test_a_server_that_refuses_them_names_the_setting_to_remove(workdir, args, s
 def test_a_retired_model_on_deepseeks_api_is_named_before_any_request(workdir, retired, successor):
     """No server is needed: the line comes before anything is sent (and before a window probe)."""
     env = clean_env(LLM_API_KEY="sk-test", LLM_BASE_URL="https://api.deepseek.com/v1")
-    proc = run_agent("--workdir", str(workdir), "--model", retired, "go", env=env, timeout=20)
+    proc = run_in_process("--workdir", str(workdir), "--model", retired, "go", env=env)
     assert proc.returncode == 1
     assert proc.stderr == (
         f"error: DeepSeek retired {retired} on 2026-07-24 and replaced it with {successor}: set "

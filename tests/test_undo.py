@@ -222,7 +222,7 @@ def test_confirm_writes_without_a_terminal_refuses_and_the_model_is_told(workdir
     with StubServer(script) as server:
         env = stub_env(server, LLM_SESSIONS_DIR=str(sessions), LLM_CONFIRM_WRITES="1")
         proc = run_in_process("--workdir", str(workdir), "write", env=env)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 5, proc.stderr  # refused for want of approval
     assert not (workdir / "a.txt").exists()
     assert "not written: stdin is not a terminal" in proc.stderr
     result = server.requests[-1]["messages"][-1]["content"]
@@ -298,7 +298,9 @@ def test_the_journal_is_beside_the_transcript(workdir, sessions):
     [transcript] = sessions.glob("*.jsonl")
     store = sessions / (transcript.stem + ".changes")
     lines = [json.loads(line) for line in (store / "journal.jsonl").read_text().splitlines()]
-    assert [line["event"] for line in lines] == ["store", "turn", "changes"]
+    # where the step began (before its tools ran) and where the turn's record ended: see
+    # tests/test_records.py for a record that stops between them
+    assert [line["event"] for line in lines] == ["store", "turn", "step", "changes", "recorded"]
     assert not (store / "seen").exists()  # what was only seen goes with the session's end
     assert os.path.realpath(lines[0]["workdir"]) == os.path.realpath(workdir)
 
@@ -313,3 +315,33 @@ def test_after_undo_on_the_command_line_the_resumed_conversation_tells_the_model
     told = server.requests[0]["messages"][-1]["content"]
     assert told.startswith("[Note from the agent: ") and "a.txt" in told
     assert told.endswith("\n\ngo on")
+
+
+def test_undo_without_r_takes_back_the_latest_turn_here_that_changed_files(workdir, sessions):
+    """Issue 39: a shell command changes calc.py, then a conversation only reads it: --undo
+    takes back the command, naming its conversation, and --redo puts it back."""
+    (workdir / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    fix = [shell("echo fixed> calc.py", "c1"), done("Fixed.")]  # sh and cmd.exe alike
+    with StubServer(fix) as server:
+        fixed = agent(server, workdir, sessions, "--yes", "fix add")
+    assert fixed.returncode == 0, fixed.stderr
+    with StubServer([reply(None, tool_call("read_file", {"path": "calc.py"}, "c1")),
+                     done("add()")]) as server:  # fmt: skip
+        asked = agent(server, workdir, sessions, "what is in calc.py?")
+    assert asked.returncode == 0, asked.stderr
+    ids = sorted(path.name.removesuffix(".jsonl") for path in sessions.glob("*.jsonl"))
+    assert len(ids) == 2
+    fixing = next(i for i in ids if "fix add" in (sessions / f"{i}.jsonl").read_text())
+    asking = next(i for i in ids if i != fixing)
+
+    undone = take_back(workdir, sessions, "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert (workdir / "calc.py").read_text() == "def add(a, b):\n    return a - b\n"
+    assert f"{asking}, has no turn to undo: undoing in {fixing}" in undone.stderr
+    assert "undid turn 1 (fix add):" in undone.stderr
+    again = take_back(workdir, sessions, "--undo")
+    assert again.returncode == 1 and "nothing to undo" in again.stderr
+    redone = take_back(workdir, sessions, "--redo")
+    assert redone.returncode == 0, redone.stderr
+    assert (workdir / "calc.py").read_text().strip() == "fixed"
+    assert f"redoing in {fixing}" in redone.stderr

@@ -258,7 +258,8 @@ def test_no_tool_reaches_a_sessions_folder_inside_the_workdir(workdir):
     assert all("agent's own records" in result for result in results[1:]), results
     assert not (inside / "forged.jsonl").exists()
     [journal] = inside.rglob("journal.jsonl")
-    changed = [json.loads(line) for line in journal.read_text().splitlines()][-1]["changes"]
+    lines = [json.loads(line) for line in journal.read_text().splitlines()]
+    [changed] = [line["changes"] for line in lines if line["event"] == "changes"]
     assert [path for path, *_ in changed] == ["a.txt"]  # its own records are not recorded
 
 
@@ -304,6 +305,162 @@ def test_a_same_size_edit_with_its_mtime_put_back_is_undone(workdir, sessions_di
     proc = take_back(workdir, sessions_dir, "--undo")
     assert proc.returncode == 0, proc.stderr
     assert (workdir / "setup.py").read_text() == "version = 1\n"
+
+
+def through_another_link(workdir: Path, elsewhere: str) -> list[dict]:
+    """Issue 35's attack: a step links src/conftest.py from elsewhere; the next writes the
+    payload through that link and removes it. Each step's command is a step of its own."""
+    (workdir / "src").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    if elsewhere.startswith(".git/"):
+        (workdir / ".git").mkdir()
+    return [
+        shell(f"ln src/conftest.py {elsewhere}", "c1"),
+        shell(f"printf 'import os  # payload\\n' > {elsewhere}; rm {elsewhere}", "c2"),
+    ]
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+@pytest.mark.parametrize("where", ["in .git", "in another folder", "outside the workdir"])
+def test_a_change_through_another_hard_link_is_reported_and_undone(
+    workdir, sessions_dir, tmp_path, where
+):
+    elsewhere = {
+        "in .git": ".git/o",
+        "in another folder": "docs_o",  # made inside the workdir, then gone
+        "outside the workdir": str(tmp_path / "o"),
+    }[where]
+    steps = through_another_link(workdir, elsewhere)
+    with StubServer([*steps, done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json-events", "go")
+    assert proc.returncode == 0, proc.stderr
+    assert (workdir / "src" / "conftest.py").read_text() == "import os  # payload\n"
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    changed = [line["path"] for line in lines if line["type"] == "file_change"]
+    assert "src/conftest.py" in changed
+    assert "src/conftest.py" in lines[-1]["files"]["changed"]
+    undone = take_back(workdir, sessions_dir, "--undo")
+    assert undone.returncode == 0, undone.stderr
+    assert (workdir / "src" / "conftest.py").read_text() == "safe = True\n"
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+def test_diff_in_a_chat_shows_a_change_through_a_hard_link_in_git(workdir, sessions_dir):
+    steps = through_another_link(workdir, ".git/o")
+    with StubServer([*steps, done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--chat", stdin="go\n/diff\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "-safe = True" in proc.stderr and "+import os  # payload" in proc.stderr
+
+
+@pytest.mark.posix("hard links")
+def test_a_file_linked_before_the_run_is_watched_through_its_other_name(
+    workdir, sessions_dir, tmp_path
+):
+    (workdir / "a.txt").write_text("mine\n")
+    os.link(workdir / "a.txt", tmp_path / "other")  # a link the run starts with
+    command = f"printf 'theirs\\n' > {tmp_path / 'other'}"
+    with StubServer([shell("true", "c1"), shell(command, "c2"), done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json", "go")
+    assert json.loads(proc.stdout)["files"]["changed"] == ["a.txt"]
+    assert take_back(workdir, sessions_dir, "--undo").returncode == 0
+    assert (workdir / "a.txt").read_text() == "mine\n"
+
+
+@pytest.mark.posix("hard links and a POSIX shell command")
+def test_a_link_made_in_git_and_written_through_in_one_command_is_reported_and_undone(
+    workdir, sessions_dir
+):
+    (workdir / "src").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    (workdir / ".git").mkdir()
+    command = "ln src/conftest.py .git/o && printf 'import os  # payload\\n' > .git/o"
+    with StubServer([shell(command, "c1"), done()]) as server:
+        proc = agent(server, workdir, sessions_dir, "--yes", "--json", "go")
+    assert json.loads(proc.stdout)["files"]["changed"] == ["src/conftest.py"]
+    assert take_back(workdir, sessions_dir, "--undo").returncode == 0
+    assert (workdir / "src" / "conftest.py").read_text() == "safe = True\n"
+
+
+# --- The inotify watches are shared with the user's other programs: few taken --------------
+
+
+def watches_held(watcher: changes.Watcher) -> int:
+    """The watches the kernel holds on the watcher's inotify descriptor (its own count)."""
+    with open(f"/proc/self/fdinfo/{watcher.fd}") as info:
+        return sum(line.startswith("inotify wd:") for line in info)
+
+
+def watching_at_most(monkeypatch, files: int, git_folders: int | None = None) -> None:
+    """Watchers that watch at most this many files of one name by their inode (and folders
+    of .git, if given)."""
+    start = changes.Watcher.start.__func__
+
+    def with_budget(cls):
+        watcher = start(cls)
+        watcher.file_budget = files
+        watcher.git_budget = watcher.git_budget if git_folders is None else git_folders
+        return watcher
+
+    monkeypatch.setattr(changes.Watcher, "start", classmethod(with_budget))
+
+
+@pytest.mark.linux("inotify")
+@pytest.mark.parametrize("budget", [0, 10])
+def test_files_of_one_name_take_no_watches_past_the_share(workdir, tmp_path, monkeypatch, budget):
+    watching_at_most(monkeypatch, budget, git_folders=5)
+    for number in range(20):
+        (workdir / ".git" / f"g{number}").mkdir(parents=True)
+    for number in range(300):
+        folder = workdir / f"d{number % 3}"
+        folder.mkdir(exist_ok=True)
+        (folder / f"f{number}.txt").write_text(f"{number}\n")
+    (workdir / "linked.txt").write_text("two names\n")
+    os.link(workdir / "linked.txt", tmp_path / "other")
+    recorder = changes.Recorder(str(workdir), tmp_path / "store")
+    try:
+        recorder.walk_and_record()
+        files = watches_held(recorder.watcher) - 4 - 5  # the folders', .git's share
+        assert files == budget + 1 or budget and files == budget  # linked.txt in the share?
+        (workdir / "d0" / "f0.txt").write_text("changed\n")
+        recorder.walk_and_record()
+        assert recorder.state == changes.walk(recorder.root, recorder.skip)
+        assert watches_held(recorder.watcher) == 4 + 5 + files
+    finally:
+        recorder.close()
+
+
+@pytest.mark.linux("inotify")
+@pytest.mark.parametrize("steps", ["one", "two"])
+@pytest.mark.parametrize("other", ["docs/o", ".git/o", ".git/new/o"])
+def test_past_the_share_a_link_made_in_another_folder_is_seen(
+    workdir, tmp_path, monkeypatch, steps, other
+):
+    """A file of one name is not watched by its inode past the share; a command links it into
+    another folder and writes through that name: the folder of its first name hears nothing,
+    yet its change is recorded, whether the write is in the same command or the next."""
+    watching_at_most(monkeypatch, 0)
+    (workdir / "src").mkdir()
+    (workdir / "docs").mkdir()
+    (workdir / ".git").mkdir()
+    (workdir / "src" / "conftest.py").write_text("safe = True\n")
+    told = []
+    recorder = changes.Recorder(
+        str(workdir), tmp_path / "store", on_change=lambda *change: told.append(change)
+    )
+    recorder.turn_begins("link and write")
+    try:
+        recorder.step_begins(["run_shell"], 1)
+        (workdir / other).parent.mkdir(exist_ok=True)
+        os.link(workdir / "src" / "conftest.py", workdir / other)
+        if steps == "two":
+            recorder.step_begins(["run_shell"], 2)
+        (workdir / other).write_text("import os  # payload\n")
+        recorder.step_ends()
+        assert ("src/conftest.py", "changed") in told
+        assert recorder.state == changes.walk(recorder.root, recorder.skip)
+    finally:
+        recorder.close()
 
 
 @pytest.mark.posix("file names that are bytes")
@@ -470,12 +627,14 @@ def test_changes_module_keeps_no_seen_copy_after_the_session(workdir, sessions_d
 
 
 @pytest.mark.posix("POSIX file operations")
-@pytest.mark.parametrize("watched", [True, False])
+@pytest.mark.parametrize("watched", [True, False, "folders only"])
 def test_each_walk_after_the_first_sees_what_a_whole_walk_sees(
     workdir, tmp_path, watched, monkeypatch
 ):
     if not watched:  # macOS, Windows: a whole walk each time
         monkeypatch.setattr(changes.Watcher, "start", classmethod(lambda cls: None))
+    if watched == "folders only" and sys.platform.startswith("linux"):  # past the share
+        watching_at_most(monkeypatch, 0, git_folders=0)
     for number in range(30):
         folder = workdir / f"d{number % 3}" / f"e{number % 2}"
         folder.mkdir(parents=True, exist_ok=True)
@@ -547,3 +706,31 @@ def test_a_sandboxed_command_cannot_write_any_conversations_store_or_transcript(
         assert not (sessions_dir / "new.jsonl").exists()
         for path, data in before.items():
             assert b"forged" not in path.read_bytes() and path.read_bytes().startswith(data)
+
+
+def test_a_signal_between_a_walks_making_and_its_start_loses_no_change(tmp_path):
+    """Ctrl-C can land after the walk ahead's thread is made and before it is started: the
+    close must neither crash ("cannot join thread before it is started") nor skip the walk."""
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    (workdir / "a.txt").write_text("before\n")
+    seen = []
+    recorder = changes.Recorder(
+        str(workdir), tmp_path / "store", on_change=lambda path, change: seen.append(path)
+    )
+
+    class InterruptedAtStart(threading.Thread):
+        def start(self):
+            raise KeyboardInterrupt
+
+    try:
+        recorder.turn_begins("go")
+        recorder.walk_ahead()
+        recorder.step_begins(["run_shell"])
+        (workdir / "a.txt").write_text("after\n")
+        recorder.thread = InterruptedAtStart
+        with pytest.raises(KeyboardInterrupt):
+            recorder.walk_ahead()
+    finally:
+        recorder.close()
+    assert seen == ["a.txt"]

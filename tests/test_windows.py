@@ -32,6 +32,9 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="simulates Windo
 AS_ON = """
 import os, signal, sys
 import dotenv, openai, openai.lib.streaming.chat
+# The HTTP stack loads its connection pool with the first client, and that picks its locks by
+# what is installed (trio, whose import on "win32" looks for kernel32.dll): load it here.
+openai.OpenAI(api_key="-", base_url="http://127.0.0.1:9").close()
 sys.platform = {platform!r}
 for name in {posix_only!r}:
     for module in (os, signal):

@@ -355,7 +355,7 @@ def test_the_page_shows_hostile_text_and_nothing_in_it_acts(workdir, tmp_path):
     _, page = hostile_page(workdir, tmp_path)
     parsed = Parsed(page)
     names = [tag for tag, _ in parsed.tags]
-    assert names.count("style") == 1 and names.count("meta") == 3
+    assert names.count("style") == 1 and names.count("meta") == 4
     assert not {"script", "img", "textarea", "iframe", "link", "base", "form"} & set(names)
     attributes = [name for _, attrs in parsed.tags for name in attrs]
     assert not [name for name in attributes if name.startswith("on") or name == "src"]
@@ -373,6 +373,20 @@ def test_the_page_shows_hostile_text_and_nothing_in_it_acts(workdir, tmp_path):
         assert hostile in text  # shown as text, whole
     assert json.dumps(EVIL_ID) in text
     assert "The answer (no tool calls: the loop ends)" in text
+
+
+def test_the_pages_own_policy_lets_no_script_run(workdir, tmp_path):
+    """Issue 40: the policy as the page carries it, not as the module spells it: nothing is
+    allowed but inline style, so a script that got past the escaping could not run."""
+    _, page = hostile_page(workdir, tmp_path)
+    [policy] = [attrs["content"] for _, attrs in Parsed(page).tags
+                if attrs.get("http-equiv") == "Content-Security-Policy"]  # fmt: skip
+    directives = dict(part.strip().partition(" ")[::2] for part in policy.split(";"))
+    assert directives["default-src"] == "'none'"
+    for name in ("script-src", "script-src-elem", "script-src-attr", "worker-src"):
+        assert directives.get(name, "'none'") == "'none'", policy
+    allowed = {name: value for name, value in directives.items() if value != "'none'"}
+    assert allowed == {"style-src": "'unsafe-inline'"}, policy
 
 
 def test_the_page_marks_the_compaction_and_what_the_summary_replaced(workdir, tmp_path):

@@ -99,3 +99,44 @@ def test_a_learner_clicks_through_the_page_and_nothing_hostile_runs(browser, wor
     assert run("return document.scripts.length") == 0
     shot = tmp_path / "wire-page.png"
     assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
+
+
+def test_a_script_put_in_the_page_by_hand_is_refused_by_its_policy(browser, workdir, tmp_path):
+    """Issue 40: what if a piece of model text got past the escaping? The page's own policy
+    stops it: an inline script and an event handler added by hand do not run."""
+    page, _ = hostile_page(workdir, tmp_path)
+    text = Path(page).read_text(encoding="utf-8")
+    added = "<script>document.title = 'it ran'</script><img src=x onerror=\"document.title='x'\">"
+    Path(page).write_text(text.replace("</body>", added + "</body>", 1), encoding="utf-8")
+    browser.get(Path(page).as_uri())
+    assert browser.execute_script("return document.scripts.length") == 1  # there, refused
+    assert browser.title == "Conversation evil: requests and responses"
+
+
+def test_the_page_reads_at_a_phones_width_and_at_a_desktops(browser, workdir, tmp_path):
+    """Issue 39: at 390x844 the page is as wide as the phone (its viewport tag), nothing
+    scrolls sideways, the timeline sits above the steps and the text has the width; at 1280 px
+    the timeline stays beside them."""
+    from selenium.webdriver.common.by import By
+
+    page, _ = hostile_page(workdir, tmp_path)
+    run = browser.execute_script
+    for width, height, phone in ((1280, 1600, False), (390, 844, True)):
+        browser.execute_cdp_cmd(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": phone},
+        )
+        browser.get(Path(page).as_uri())
+        shown = run("return document.documentElement.clientWidth")  # less a desktop's scrollbar
+        assert shown == width if phone else width - 20 <= shown <= width  # no 980 px layout
+        assert run("return document.documentElement.scrollWidth") <= shown  # no sideways scroll
+        nav, main = (browser.find_element(By.TAG_NAME, name).rect for name in ("nav", "main"))
+        title = browser.find_element(By.TAG_NAME, "h1")
+        assert run("return arguments[0].scrollWidth <= arguments[0].clientWidth", title)
+        if phone:
+            assert nav["y"] + nav["height"] <= main["y"] + 1  # above the steps
+            assert main["width"] >= width - 20  # the text has the phone's width
+        else:
+            assert nav["x"] + nav["width"] <= main["x"] + 1  # beside them
+        shot = tmp_path / f"wire-page-{width}.png"
+        assert browser.save_screenshot(str(shot)) and shot.stat().st_size > 10_000
