@@ -182,6 +182,18 @@ def test_a_whole_tool_rule_decides_every_call_of_it(workdir):
     assert "denied by the rule run_shell " in shell(denying, "echo a")
 
 
+def test_an_ask_rule_nobody_can_answer_refuses_the_call_and_the_run_exits_5(workdir):
+    project_file(workdir, {"permissions": {"ask": ["run_shell(touch:*)"]}})
+    script = [reply(None, tool_call("run_shell", {"command": "touch asked"}, "c1")), reply("ok")]
+    with StubServer(script) as server:
+        result = run_in_process("--workdir", str(workdir), "--yes", "--json", "go",
+                                env=stub_env(server))  # fmt: skip
+    record = json.loads(result.stdout)
+    assert (result.returncode, record["status"]) == (5, "refused"), result.stderr
+    assert "the rule run_shell(touch:*) asks, and stdin is not a terminal" in result.stderr
+    assert not (workdir / "asked").exists()
+
+
 @on_a_terminal
 def test_a_projects_ask_rule_asks_on_the_terminal_under_yes_and_no_refuses(workdir):
     project_file(workdir, {"permissions": {"ask": ["run_shell(touch:*)"]}})
