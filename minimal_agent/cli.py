@@ -26,6 +26,7 @@ from minimal_agent import (
     models,
     processes,
     sessions,
+    settings_json,
     wire,
     wire_page,
 )
@@ -275,7 +276,24 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="show the model's thinking and text on stderr as they arrive (default: when stderr "
         "is a terminal; --replay never streams)",
     )
-    add("--yes", action="store_true", help="run every shell command unasked")
+    add("--yes", action="store_true", help="run every shell command unasked (but where a rule "
+        "denies or asks)")  # fmt: skip
+    add(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="for this run, a permission rule that lets calls run unasked, such as "
+        "'run_shell(pytest:*)' (again for more; docs/permissions.md)",
+    )
+    add(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="for this run, a permission rule that keeps calls from running, such as "
+        "'run_shell(git push:*)' or 'read_file(.env)'",
+    )
     add(
         "--confirm-writes",
         action="store_true",
@@ -588,6 +606,8 @@ def open_session(
     )
     if settings.daily_tools:
         daily_tools.add_to(workspace, agent.TOOL_MAP)
+    user_settings = settings_json.user_file(str(settings.config_file))
+    settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(place.transcript, stream)
@@ -754,10 +774,12 @@ def list_sessions(config: dict) -> int:
 
 def private_paths(settings: Settings, installed: bool) -> list[str]:
     """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
-    the installed command's config folder (with the key), or the lesson's config.env (its
-    folder is the project's), and the sessions folder. Real paths."""
+    the installed command's config folder (with the key), or the lesson's config.env and
+    settings.json (their folder is the project's), and the sessions folder. Real paths."""
     config = os.path.dirname(settings.config_file) if installed else settings.config_file
-    return [os.path.realpath(config), os.path.realpath(settings.sessions_folder)]
+    rules = settings_json.user_file(str(settings.config_file))  # the user's rules and hooks
+    paths = [config, settings.sessions_folder] + ([] if installed else [rules])
+    return [os.path.realpath(path) for path in paths]
 
 
 def make_private_folders(settings: Settings, installed: bool) -> None:
