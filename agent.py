@@ -24,7 +24,18 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from minimal_agent import cli, diffs, display, files, processes, replies, tool_results, tool_schema  # noqa: E402
+from minimal_agent import (  # noqa: E402
+    cli,
+    diffs,
+    display,
+    files,
+    hooks,
+    permissions,
+    processes,
+    replies,
+    tool_results,
+    tool_schema,
+)
 from minimal_agent.errors import AgentError  # noqa: E402
 from minimal_agent.session import Session  # noqa: E402
 
@@ -81,6 +92,9 @@ class Workspace:
         self.events = events or display.terminal_events()  # what happens, for its readers
         # Tools the session adds to TOOLS and TOOL_MAP (minimal_agent/added_tools.py): none here
         self.added_tools: dict = {}
+        # The user's permission rules and hooks (settings.json, --allow, --deny): none here
+        self.rules = permissions.Rules()
+        self.hooks = hooks.Hooks()
 
     def path(self, name: str) -> str:
         """The real location of name, relative to the folder; refused if it lies outside it,
@@ -120,8 +134,7 @@ def write_file(ws: Workspace, path: str, content: str) -> str:
 
 def run_shell(ws: Workspace, command: str) -> str:
     """Run a shell command in the workdir once the user approves it; return exit code and output."""
-    if not (ws.approve_all or ws.user.approves_command(command, ws.sandbox)):
-        raise PermissionError("the user did not approve this command, so it was not run")
+    permissions.approve(ws, "run_shell", {"command": command}, command)  # a rule, or the user
     exit_code, output = processes.run_command(command, ws)  # killed with all it started on time-out
     if exit_code is None:
         return (
@@ -195,10 +208,14 @@ def execute_tool_call(call: dict, ws: Workspace) -> str:
         with tool_results.contained():  # print() kept off the answer's stdout, sys.exit() an error
             if problem:
                 result = f"Error: {problem}"
-            elif name in ws.added_tools:  # one the session added (maybe in a lesson tool's place)
-                result = ws.added_tools[name].function(ws, **args)
             else:
-                result = TOOL_MAP[name](ws, **args)
+                permissions.refuse_denied(ws, name, args)  # a deny rule stops it (PermissionError)
+                hooks.before(ws, name, args)  # so does a PreToolUse hook that exits with 2
+                if name in ws.added_tools:  # one the session added (maybe in a lesson tool's place)
+                    result = ws.added_tools[name].function(ws, **args)
+                else:
+                    result = TOOL_MAP[name](ws, **args)
+                result = hooks.after(ws, name, args, result)  # PostToolUse hooks may add a note
     except json.JSONDecodeError as error:
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"
     except Exception as error:  # a failing tool is news for the model, not a crash

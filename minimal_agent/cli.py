@@ -27,6 +27,7 @@ from minimal_agent import (
     models,
     processes,
     sessions,
+    settings_json,
     wire,
     wire_page,
 )
@@ -280,7 +281,24 @@ def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
         help="show the model's thinking and text on stderr as they arrive (default: when stderr "
         "is a terminal; --replay never streams)",
     )
-    add("--yes", action="store_true", help="run every shell command unasked")
+    add("--yes", action="store_true", help="run every shell command unasked (but where a rule "
+        "denies or asks)")  # fmt: skip
+    add(
+        "--allow",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="for this run, a permission rule that lets calls run unasked, such as "
+        "'run_shell(pytest:*)' (again for more; docs/permissions.md)",
+    )
+    add(
+        "--deny",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="for this run, a permission rule that keeps calls from running, such as "
+        "'run_shell(git push:*)' or 'read_file(.env)'",
+    )
     add(
         "--confirm-writes",
         action="store_true",
@@ -599,6 +617,8 @@ def open_session(
     )
     if settings.daily_tools:
         daily_tools.add_to(workspace, agent.TOOL_MAP)
+    user_settings = settings_json.user_file(str(settings.config_file))
+    settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(place.transcript, stream)
@@ -649,6 +669,8 @@ def show_mcp_servers(agent, args, settings: Settings, place, installed: bool) ->
         pass_env=settings.pass_env, private=private_paths(settings, installed),
         sandbox_limits=settings.sandbox_limits,
     )  # fmt: skip
+    user_settings = settings_json.user_file(str(settings.config_file))  # its deny rules hold
+    settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
     folder = os.path.dirname(settings.config_file)
     servers = mcp_servers.start(workspace, folder, str(settings.sessions_folder), agent.TOOL_MAP)
     if not servers:
@@ -794,12 +816,13 @@ def list_sessions(config: dict) -> int:
 
 def private_paths(settings: Settings, installed: bool) -> list[str]:
     """The user's own paths that tools and sandboxed commands never reach (Workspace.private):
-    the installed command's config folder (with the key), or the lesson's config.env (its
-    folder is the project's), and the sessions folder. Real paths."""
+    the installed command's config folder (with the key), or the lesson's config.env and
+    settings.json (their folder is the project's), and the sessions folder. Real paths."""
     config = os.path.dirname(settings.config_file) if installed else settings.config_file
-    # The lesson's folder is the project's: of it, only its config.env and its mcp.json
-    mcp = [] if installed else [os.path.join(os.path.dirname(config), mcp_servers.USER_FILE)]
-    paths = [config, *mcp, settings.sessions_folder]
+    rules = settings_json.user_file(str(settings.config_file))  # the user's rules and hooks
+    # The lesson's folder is the project's: of it, only its config.env, settings.json, mcp.json
+    mcp = os.path.join(os.path.dirname(str(settings.config_file)), mcp_servers.USER_FILE)
+    paths = [config, settings.sessions_folder] + ([] if installed else [rules, mcp])
     return [os.path.realpath(path) for path in paths]
 
 

@@ -197,11 +197,13 @@ class TerminalUser:
         self.all_commands = self.all_writes = False
         self.refused: list[str] = []  # why calls were refused: an approval nobody could give
 
-    def approves_command(self, command: str, sandboxed: bool) -> bool:
-        if self.all_commands:
+    def approves_command(self, command: str, sandboxed: bool, rule: str | None = None) -> bool:
+        """rule: the ask rule that has the command asked for, which an earlier a does not
+        answer (minimal_agent/permissions.py)."""
+        if self.all_commands and not rule:
             return True
-        answer = approved(command, sandboxed, self.refused)
-        self.all_commands = answer == "all"
+        answer = approved(command, sandboxed, self.refused, rule)
+        self.all_commands = self.all_commands or answer == "all"
         return answer != "no"
 
     def approves_write(self, path: str, summary: str, diff: list[str]) -> bool:
@@ -218,11 +220,19 @@ class TerminalUser:
         return self.prompt.next_message()
 
 
-def approved(command: str, sandboxed: bool, refused: list[str]) -> str:
+def approved(command: str, sandboxed: bool, refused: list[str], rule: str | None = None) -> str:
     """Ask the user on the terminal: y runs it ("yes"), a runs it and every later command of
     the session ("all"), v shows it whole in a pager and asks again, anything else does not
     ("no"). Without a terminal, or on one too small to show it, nobody can answer (why: kept
-    in refused)."""
+    in refused). rule: the ask rule it is asked for by, which --yes does not answer."""
+    if not sys.stdin.isatty() and rule:
+        nobody_can_approve(
+            refused,
+            "  not run",
+            f"the rule {rule} asks, and stdin is not a terminal",
+            f"the command was not run: the user's rule {rule} has it asked for, and nobody "
+            "can answer here",
+        )
     if not sys.stdin.isatty():
         nobody_can_approve(
             refused,

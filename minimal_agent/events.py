@@ -29,6 +29,10 @@ The events, each a kind and its fields (KINDS; emit() refuses any other):
     notice       text: one line for the user (a warning, a note, what a command did)
     compacted    record (the transcript's compaction record), text: its one line
     file_change  path, change: "created", "changed" or "deleted" (from the undo record)
+    permission   tool, decision ("deny", "ask" or "allow"), rules (as written), sources: a
+                 permission rule decided a call (minimal_agent/permissions.py)
+    hook         hook_event, tool (None for Stop), command, exit_code (None: timed out),
+                 timed_out, outcome ("ok", "blocked", "feedback", "warning"), seconds
     mcp_server   name, file, project, status ("started", "failed", "skipped", "lost"), tools,
                  error: an MCP server as the session starts it, or lost while in use
     answer       text, streamed: the final answer of a turn
@@ -76,6 +80,8 @@ KINDS: dict[str, tuple[str, ...] | None] = {  # each kind's fields (None: the en
     "notice": ("text",),
     "compacted": ("record", "text"),
     "file_change": ("path", "change"),
+    "permission": ("tool", "decision", "rules", "sources"),
+    "hook": ("hook_event", "tool", "command", "exit_code", "timed_out", "outcome", "seconds"),
     "mcp_server": ("name", "file", "project", "status", "tools", "error"),
     "answer": ("text", "streamed"),
     "usage": ("scope", "totals", "turns", "cancelled", "failed", "currency", "replayed"),
@@ -243,8 +249,9 @@ class JsonResult:
 
 class JsonLines:
     """--json-events: one object a line as the run goes, each with its version and type:
-    turn_start, reply, tool_call, tool_result, file_change, mcp_server, turn_end, and last end
-    (the record --json writes). The request and response bodies stay off it."""
+    turn_start, reply, tool_call, tool_result, file_change, permission, hook, mcp_server,
+    turn_end, and last end (the record --json writes). The request and response bodies stay
+    off it."""
 
     def __init__(self, out: TextIO, events: Events) -> None:
         self.out, self.events = out, events
@@ -276,7 +283,7 @@ class JsonLines:
             failed = isinstance(content, str) and content.startswith("Error:")
             yield {"type": "tool_result", "id": message.get("tool_call_id"), "content": content,
                    "error": failed, "refused": fields.get("refused")}  # fmt: skip
-        elif kind in ("file_change", "turn_end", "mcp_server"):
+        elif kind in ("file_change", "turn_end", "permission", "hook", "mcp_server"):
             yield {"type": kind, **fields}
         elif kind == "end":
             yield {"type": "end", **{k: v for k, v in fields.items() if k != "version"}}

@@ -139,20 +139,21 @@ def start_command(command: str, ws):  # -> subprocess.Popen
     )
 
 
-def command_environment(ws) -> dict[str, str]:
+def command_environment(ws, sandboxed: bool | None = None) -> dict[str, str]:
     """The agent's environment less every variable that looks secret (secret_looking), as
-    Codex keeps out names with KEY, SECRET or TOKEN; in the sandbox (ws.sandbox), only PATH,
-    HOME, LANG, LC_*, TERM, TZ and USER. ws.pass_env's names (LLM_PASS_ENV) pass anyway; a
-    value holding the agent's own key (ws.key, and LLM_API_KEY's value) never does, by any
-    name."""
+    Codex keeps out names with KEY, SECRET or TOKEN; in the sandbox (sandboxed, by default
+    ws.sandbox; a hook never is), only PATH, HOME, LANG, LC_*, TERM, TZ and USER.
+    ws.pass_env's names (LLM_PASS_ENV) pass anyway; a value holding the agent's own key (ws.key,
+    and LLM_API_KEY's value) never does, by any name."""
     keys = {ws.key, os.environ.get("LLM_API_KEY", "")} - {""}
+    sandboxed = ws.sandbox if sandboxed is None else sandboxed
 
     def allowed(name: str, value: str) -> bool:
         if holds_key(value, keys):
             return False
         if name in ws.pass_env:
             return True
-        if ws.sandbox:
+        if sandboxed:
             in_list = name in SANDBOX_ENV or name.startswith("LC_")
             return in_list and not PASSWORD_URL.search(value)
         return not secret_looking(name, value)

@@ -63,8 +63,8 @@ class ScriptedUser:
         self.approved_all: set[str] = set()  # the kinds answered with a
         self.refused: list[str] = []  # a scripted user is always there to answer
 
-    def approves_command(self, command: str, sandboxed: bool) -> bool:
-        return self.approves("command", command)
+    def approves_command(self, command: str, sandboxed: bool, rule: str | None = None) -> bool:
+        return self.approves("command", command, asked_anyway=bool(rule))  # a rule's: after a too
 
     def approves_write(self, path: str, summary: str, diff: list[str]) -> bool:
         return self.approves("write", path)
@@ -72,8 +72,8 @@ class ScriptedUser:
     def approves_servers(self, text: str, sandboxed: bool) -> bool:
         return self.approves("servers", text)
 
-    def approves(self, kind: str, what: str) -> bool:
-        if kind in self.approved_all:
+    def approves(self, kind: str, what: str, asked_anyway: bool = False) -> bool:
+        if kind in self.approved_all and not asked_anyway:
             return True
         self.asked.append((kind, what))
         answer = APPROVALS.get(self.answers.pop(0).lower() if self.answers else "", "no")

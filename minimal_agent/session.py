@@ -15,6 +15,8 @@ from minimal_agent import (
     cost,
     diffs,
     files,
+    hooks,
+    permissions,
     processes,
     sessions,
     wire,
@@ -87,6 +89,10 @@ class Session:
             Transcript.open(save, workspace.key, self.transcript_lost) if save else None
         )
         self.messages = Conversation(history or [], self.transcript, self.appended)
+        self.events.subscribe(self.keep_decisions)  # the rules' decisions, the hooks' runs
+        if save:
+            workspace.hooks.transcript_path = os.path.abspath(save)
+            workspace.hooks.session_id = os.path.basename(save).removesuffix(sessions.SUFFIX)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
         self.changes = self.wire = None
@@ -169,10 +175,16 @@ class Session:
         if not recorded or recorded[-1] != self.workspace.folder:
             self.messages.save({"event": "workdir", "workdir": self.workspace.folder})
 
+    def keep_decisions(self, kind: str, fields: dict) -> None:
+        if kind in ("permission", "hook"):
+            self.messages.save({"event": kind, **fields})
+
     def tools(self, lesson_tools: list[dict]) -> list[dict]:
         """The tools' schemas each request sends: the lesson's, and those the session added to
-        the workspace (minimal_agent/added_tools.py), an added one in a lesson tool's place."""
-        return added_tools.offered(lesson_tools, self.workspace.added_tools)
+        the workspace (minimal_agent/added_tools.py), an added one in a lesson tool's place;
+        not those a deny rule names whole (minimal_agent/permissions.py)."""
+        tools = added_tools.offered(lesson_tools, self.workspace.added_tools)
+        return [t for t in tools if permissions.offered(self.workspace, t["function"]["name"])]
 
     @property
     def limits(self) -> dict:
@@ -503,6 +515,7 @@ class Session:
             self.events.emit("answer", text=text, streamed=self.stream)
         self.end_step()
         self.count_tool_calls()
+        hooks.at_stop(self.workspace)
         self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
         self.tell_usage("turn", self.turn)

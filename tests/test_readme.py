@@ -177,6 +177,7 @@ LEARNERS_PATH = {  # each section of the English README and its Chinese one
     "Debugging tour (VS Code and PyCharm)": "调试之旅（VS Code 和 PyCharm）",
     "Add a tool": "添加一个工具",
     "Test your change": "测试你的修改",
+    "Next lessons: rules and hooks": "下一课：规则和钩子",
 }
 FENCED = re.compile(r"^ *```.*?^ *``` *$", re.MULTILINE | re.DOTALL)
 CODE_SPAN = re.compile(r"(?<!`)`([^`\n]+(?:\n[^`\n]+)*)`(?!`)")
