@@ -432,3 +432,18 @@ def test_without_a_configured_server_the_sdk_is_not_imported(workdir):
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
     assert "minimal_agent.mcp_servers" in imported  # the import log works
     assert not {name for name in imported if name.split(".")[0] in ("mcp", "mcp_types")}
+
+
+def test_a_deny_rule_naming_a_server_or_a_tool_keeps_it_from_the_model(workdir, folders,
+                                                                       monkeypatch):  # fmt: skip
+    config, sessions = folders
+    user_servers(config, {"raw": raw_server(), "other": raw_server()})
+    monkeypatch.setattr(model_client, "CONFIG_FILE", config / "config.env")
+    env = stub_env(StubServer([]), LLM_SESSIONS_DIR=str(sessions))
+    proc = run_in_process("--workdir", str(workdir), "--mcp", "--deny", "mcp__raw",
+                          "--deny", "mcp__other__touch", env=env)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].endswith("skipped: a deny rule names mcp__raw")
+    assert lines[1].endswith("started, 0 tools")  # other: its one good tool denied
+    assert "left out touch (a deny rule names it); bad.name" in proc.stderr
