@@ -244,16 +244,7 @@ def approved(command: str, sandboxed: bool, refused: list[str], rule: str | None
     refuse_a_small_screen(refused, "the command was not run", "  not run")
     where = " in the sandbox" if sandboxed else ""
     question = f"  Run it{where}? [y/N/a] (a: this and every later one this session) "
-    while True:
-        rows, columns = screen_size()
-        room = rows - rows_above(rows) - rows_taken(question + "y", columns)
-        for line in command_lines(command, room, columns):
-            say(line)
-        answer = answered(question)
-        if answer != "v":
-            break
-        page(command_page(command))
-        said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
+    answer = shown_and_answered(command, question)
     if answer in ("a", "all", "always"):
         say("  every later command of this session runs without asking")
         return "all"
@@ -277,20 +268,25 @@ def servers_approved(text: str, sandboxed: bool) -> bool:
     where = " (inside the sandbox)" if sandboxed else " with your rights"
     say(f"the workdir's .mcp.json asks to start programs (MCP servers){where}:")
     question = "  Start them? [y/N/v] (remembered until the file changes; v: view it whole) "
-    while True:
-        rows, columns = screen_size()
-        room = rows - rows_above(rows) - rows_taken(question + "y", columns)
-        for line in command_lines(text.rstrip("\n"), room, columns):
-            say(line)
-        answer = answered(question)
-        if answer != "v":
-            break
-        page(command_page(text))
-        said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
+    answer = shown_and_answered(text.rstrip("\n"), question)
     if answer not in ("y", "yes"):
         say("  not started: the servers of .mcp.json (it asks again next time)")
     return answer in ("y", "yes")
 
+
+def shown_and_answered(text: str, question: str) -> str:
+    """text fitted to the rows above question, and the user's answer; v shows it whole in the
+    pager and asks again."""
+    while True:
+        rows, columns = screen_size()
+        room = rows - rows_above(rows) - rows_taken(question + "y", columns)
+        for line in command_lines(text, room, columns):
+            say(line)
+        answer = answered(question)
+        if answer != "v":
+            return answer
+        page(command_page(text))
+        said_since_step["rows"] = 0  # the pager's screen is gone: what is above is unknown
 
 def answered(question: str) -> str:
     """The user's answer to question, lower-cased; what was typed before it is no answer."""
