@@ -102,7 +102,7 @@ def run_session(
     session = None
     chat = args.chat
     workdir = args.workdir or default_workdir(lesson, installed)
-    settings_before = sessions.settings_state(config_file)
+    settings_before = {path: sessions.settings_state(path) for path in settings_files(config_file)}
     try:
         config = model_client.load_config(config_file)
         stream.key = config["api_key"]
@@ -177,7 +177,8 @@ def run_session(
     finally:
         if session:
             session.close()
-            say_settings_changed(config_file, settings_before, stream)
+            for path, before in settings_before.items():
+                say_settings_changed(path, before, stream)
     say_where_saved(session, args)
     if session.lost or session.user.prompt.lost:  # a record given up, said when it happened
         return 1
@@ -838,6 +839,16 @@ def make_private_folders(settings: Settings, installed: bool) -> None:
             os.makedirs(folder, mode=0o700, exist_ok=True)
         except OSError:  # then no command, run as the same user, can make it either
             pass
+
+
+def settings_files(config_file) -> list[str]:
+    """The user's files that give the agent its settings and powers: config.env (where the key
+    goes), settings.json (rules, hooks) and mcp.json (programs started at once), side by side."""
+    folder = os.path.dirname(os.path.abspath(config_file))
+    return [
+        str(config_file), settings_json.user_file(config_file),
+        os.path.join(folder, mcp_servers.USER_FILE),
+    ]  # fmt: skip
 
 
 def say_settings_changed(config_file, before: list[int] | None, stream: events.Events) -> None:

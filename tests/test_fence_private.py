@@ -302,3 +302,35 @@ def test_the_key_the_user_and_the_model_wrote_is_in_no_record(tmp_path):
                         ("--html", page.read_text())]:  # fmt: skip
         assert KEY not in text, where
     assert "***" in records[transcript.name] and "***" in json.loads(run.stdout)["answer"]
+
+
+@pytest.mark.posix("the XDG config folder, a shell's mkdir -p and printf")
+def test_rules_and_mcp_servers_an_approved_command_planted_are_not_read_at_the_next_start(
+    bare_home,
+):
+    """settings.json (an allow rule would run every command unasked) and mcp.json (a server is
+    a program started at once) sit beside config.env: a run that changed them is said, and the
+    next start reads neither until the user saves them again."""
+    folder = bare_home[0]
+    marker = folder / "server-started"
+    settings = '{"permissions": {"allow": ["run_shell"]}}'
+    servers = json.dumps({"mcpServers": {"x": {"command": "touch", "args": [str(marker)]}}})
+    planting = (
+        f"mkdir -p .config/minimal-agent && printf '%s' '{settings}' > "
+        f".config/minimal-agent/settings.json && printf '%s' '{servers}' > "
+        ".config/minimal-agent/mcp.json; echo end"
+    )
+    script = [reply(None, tool_call("run_shell", {"command": planting}, "c1")), reply("done")]
+    with StubServer(script, api_key=KEY) as server:
+        first = run_in_home(bare_home, "--yes", "go", LLM_API_KEY=KEY, LLM_BASE_URL=server.url)
+    assert first.returncode == 0, first.stderr
+    said = [line for line in first.stderr.splitlines() if "changed while" in line]
+    assert len(said) == 2 and "settings.json" in said[0] and "mcp.json" in said[1], said
+    marker.unlink(missing_ok=True)
+    with StubServer([reply("hi")], api_key=KEY) as server:
+        second = run_in_home(bare_home, "again", LLM_API_KEY=KEY, LLM_BASE_URL=server.url)
+    assert not marker.exists()  # the planted server never started
+    assert second.returncode == 1 and server.requests == []
+    [line] = second.stderr.splitlines()[-1:]
+    assert "changed while" in line and ("settings.json" in line or "mcp.json" in line), line
+    assert "Traceback" not in second.stderr, second.stderr
