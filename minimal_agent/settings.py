@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from minimal_agent import completions, cost, processes, sessions
 from minimal_agent.context_window import compact_at_setting, context_tokens_setting
@@ -17,8 +17,7 @@ from minimal_agent.errors import AgentError
 YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(NamedTuple):  # not a dataclass: its import (inspect) slows every start
     """One run's settings, each an option's value where the option was given, else its
     setting's, else the default. config: the settings as read, for the hints of errors that
     quote them (errors.describe_api_error)."""
