@@ -6,6 +6,7 @@ with one line naming the tool; a schema written as the OpenAI docs write one wor
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -402,10 +403,21 @@ WORD_COUNT_SCHEMA = """
         },
     },
 """
-# The tests that read agent.py's text, or its TOOLS and TOOL_MAP, or edit a copy of it: those
-# a learner's new tool could reach (the whole suite is run on such a copy by hand, not here).
-ON_AGENT_PY = ["test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py",
-               "test_learner_tools.py"]  # fmt: skip
+# The tests that read agent.py's text, or edit a copy of it, and every test file that names
+# the lesson's tools as a list (TOOLS, TOOL_MAP's names, "read_file", "write_file", ..., or a
+# line naming "the tools"): those a learner's new tool could reach. Found by their text, so a
+# new file of such tests is run here too (a fixed list missed the rules', hooks' and daily
+# tools' files).
+NAMES_THE_TOOLS = re.compile(
+    r'agent\.TOOLS\b|(list|sorted|join)\(agent\.TOOL_MAP\)|"read_file", "write_file"'
+    r"|the tools(:| are)"
+)
+ON_AGENT_PY = sorted(
+    {"test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py",
+     "test_learner_tools.py"}
+    | {path.name for path in (ROOT / "tests").glob("test_*.py")
+       if NAMES_THE_TOOLS.search(path.read_text(encoding="utf-8"))}
+)  # fmt: skip
 
 
 def learner_adds_tools(agent_py: Path) -> None:

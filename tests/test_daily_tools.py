@@ -34,6 +34,9 @@ from stub_server import EDIT_DEMO_TASK, StubServer
 import agent
 from minimal_agent import daily_tools, display, search
 
+# The lesson's tools as agent.py has them: a learner's own (the README's list_dir) among them.
+LESSON_TOOLS = [tool["function"]["name"] for tool in agent.TOOLS]
+
 
 @pytest.fixture
 def tools(workdir):
@@ -524,8 +527,8 @@ def test_python_agent_py_offers_the_lessons_three_unless_the_setting_says_otherw
         assert run_agent(server, workdir, "hi", LLM_DAILY_TOOLS="1").returncode == 0
         proc = run_agent(server, workdir, "hi", LLM_DAILY_TOOLS="maybe")
     lesson, daily = ([t["function"]["name"] for t in r["tools"]] for r in server.requests)
-    assert lesson == ["read_file", "write_file", "run_shell"]
-    assert daily == ["read_file", "write_file", "run_shell", "edit_file", "search", "list_files"]
+    assert lesson == LESSON_TOOLS  # a learner's own tools among them
+    assert daily == [*LESSON_TOOLS, "edit_file", "search", "list_files"]
     read_file = server.requests[1]["tools"][0]["function"]
     assert list(read_file["parameters"]["properties"]) == ["path", "offset", "limit"]
     assert proc.returncode == 1
@@ -627,6 +630,4 @@ def test_the_installed_command_offers_the_daily_tools(tmp_path):
         proc = subprocess.run([*COMMAND, "hi"], cwd=project, env=env, capture_output=True,
                               text=True, timeout=60)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert offered(server) == [
-        "read_file", "write_file", "run_shell", "edit_file", "search", "list_files"
-    ]  # fmt: skip
+    assert offered(server) == [*LESSON_TOOLS, "edit_file", "search", "list_files"]
