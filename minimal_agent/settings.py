@@ -20,7 +20,7 @@ YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 class Settings(NamedTuple):  # not a dataclass: its import (inspect) slows every start
     """One run's settings, each an option's value where the option was given, else its
     setting's, else the default. config: the settings as read, for the hints of errors that
-    quote them (errors.describe_api_error)."""
+    quote them (api_errors.describe_api_error)."""
 
     config: dict
     config_file: str  # the file they were read from

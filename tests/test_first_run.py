@@ -27,7 +27,7 @@ from stub_server import Fail, StubServer
 
 import agent
 import model_client
-from minimal_agent import errors
+from minimal_agent import api_errors
 
 KEY = "test-key-first-run-0123456789"
 EXAMPLE = ROOT / "examples" / "tool_demo.jsonl"
@@ -333,7 +333,7 @@ def test_a_time_out_is_worded_as_a_time_out():
         client = openai.OpenAI(api_key="k", base_url=url, timeout=0.2, max_retries=0)
         with pytest.raises(openai.APITimeoutError) as caught:
             client.chat.completions.create(model="m", messages=[])
-    line = errors.describe_api_error(caught.value, {"base_url": url}, timeout=0.2)
+    line = api_errors.describe_api_error(caught.value, {"base_url": url}, timeout=0.2)
     assert f"the request to {url} timed out" in line
     assert "sent nothing for 0.2 s" in line and "--request-timeout" in line
 
