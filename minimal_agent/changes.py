@@ -37,7 +37,7 @@ import struct
 import sys
 from pathlib import Path
 
-from minimal_agent import files, sessions
+from minimal_agent import diffs, files, sessions
 from minimal_agent.errors import AgentError
 from minimal_agent.text import one_line
 
@@ -1503,3 +1503,32 @@ def why_not_kept(entry: dict) -> str:
 
 def is_file(entry: dict | None) -> bool:
     return bool(entry and entry["type"] == "file" and entry["hash"])
+
+
+def show_last_turn(folder, events) -> None:
+    """/diff: what the last turn in force changed, file by file (folder: its changes store),
+    told to events (minimal_agent/events.py)."""
+    say = events.notice
+    found = last_turn_changes(folder) if folder else None
+    if not found:
+        say("/diff: no turn of this conversation changed a file (or all are undone)")
+        return
+    turn, paths = found
+    say(f"turn {turn} changed {diffs.plural(len(paths), 'path')}:")
+    for path, (before, after) in sorted(paths.items()):
+        kinds = {(before or {}).get("type"), (after or {}).get("type")} - {None}
+        if kinds != {"file"}:
+            what = "folder" if "dir" in kinds else "link"
+            said = "made" if before is None else "removed" if after is None else "changed"
+            say(f"  {what} {said}: {path}")
+            continue
+        old = None if before is None else content(folder, before)
+        new = b"" if after is None else content(folder, after)
+        if (before and old is None) or new is None:
+            say(f"  {path}: not kept (over {MAX_KEPT // 2**20} MB)")
+        elif after is None:
+            say(f"  deleted: {path}")
+        else:
+            summary, lines = diffs.change(old, new, path)
+            say(f"  {path}: {summary}")
+            events.emit("diff", lines=lines, everywhere=True)

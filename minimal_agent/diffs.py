@@ -9,7 +9,7 @@ import difflib
 import os
 import time
 
-from minimal_agent import changes, files
+from minimal_agent import files
 from minimal_agent.text import visible
 
 MAX_COMPARED = 1024 * 1024  # bytes: a larger file is said rewritten, not compared line by line
@@ -168,32 +168,3 @@ def text_lines(data: bytes) -> list[str]:
 
 def plural(number: int, word: str) -> str:
     return f"{number} {word}{'' if number == 1 else 's'}"
-
-
-def show_last_turn(folder, events) -> None:
-    """/diff: what the last turn in force changed, file by file (folder: its changes store),
-    told to events (minimal_agent/events.py)."""
-    say = events.notice
-    found = changes.last_turn_changes(folder) if folder else None
-    if not found:
-        say("/diff: no turn of this conversation changed a file (or all are undone)")
-        return
-    turn, paths = found
-    say(f"turn {turn} changed {plural(len(paths), 'path')}:")
-    for path, (before, after) in sorted(paths.items()):
-        kinds = {(before or {}).get("type"), (after or {}).get("type")} - {None}
-        if kinds != {"file"}:
-            what = "folder" if "dir" in kinds else "link"
-            said = "made" if before is None else "removed" if after is None else "changed"
-            say(f"  {what} {said}: {path}")
-            continue
-        old = None if before is None else changes.content(folder, before)
-        new = b"" if after is None else changes.content(folder, after)
-        if (before and old is None) or new is None:
-            say(f"  {path}: not kept (over {changes.MAX_KEPT // 2**20} MB)")
-        elif after is None:
-            say(f"  deleted: {path}")
-        else:
-            summary, lines = change(old, new, path)
-            say(f"  {path}: {summary}")
-            events.emit("diff", lines=lines, everywhere=True)

@@ -13,7 +13,6 @@ from minimal_agent import (
     changes,
     completions,
     cost,
-    diffs,
     files,
     hooks,
     permissions,
@@ -52,7 +51,7 @@ class Session:
     prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
     request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
-    for a failed request (errors.describe_api_error with the settings), or None. What happens
+    for a failed request (api_errors.describe_api_error with the settings), or None. What happens
     goes to the workspace's events (minimal_agent.events.Events), for the readers subscribed
     to it; the workspace's user types --chat's messages. replayed: the replies come from a
     transcript (--replay), so no tokens are counted and nothing is spent.
@@ -82,7 +81,7 @@ class Session:
         self.events = workspace.events  # one stream: the tools' and the session's
         self.exchanges = Exchanges(self.events)  # what completions.ask hands over, as events
         self.user = workspace.user  # who types --chat's messages
-        self.describe = describe  # an API error's one line (errors.describe_api_error), or None
+        self.describe = describe  # an API error's one line (api_errors.describe_api_error), or None
         self.system_prompt, self.model = system_prompt, model
         self.lost: list[str] = []  # the records given up (a full disk): each one's line
         self.transcript = (
@@ -347,7 +346,7 @@ class Session:
                                   workdirs, name_of, self.events)  # fmt: skip
         elif name == "/diff" and not rest:
             try:
-                diffs.show_last_turn(self.changes.folder if self.changes else None, self.events)
+                changes.show_last_turn(self.changes.folder if self.changes else None, self.events)
             except changes.BadStore as error:
                 self.events.notice(f"/diff: the undo record does not check out ({error})")
         elif name == "/think" and [word.lower() for word in rest] in (["on"], ["off"]):
