@@ -27,12 +27,14 @@ from minimal_agent import (
     models,
     processes,
     sessions,
+    settings_guard,
     settings_json,
-    wire,
     wire_page,
+    wire_text,
 )
+from minimal_agent.api_errors import describe_api_error
 from minimal_agent.context_window import Window, split_transcript
-from minimal_agent.errors import AgentError, UsageError, describe_api_error, without_key
+from minimal_agent.errors import AgentError, UsageError, without_key
 from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
 from minimal_agent.session import Session
@@ -102,7 +104,9 @@ def run_session(
     session = None
     chat = args.chat
     workdir = args.workdir or default_workdir(lesson, installed)
-    settings_before = {path: sessions.settings_state(path) for path in settings_files(config_file)}
+    settings_before = {
+        path: settings_guard.settings_state(path) for path in settings_files(config_file)
+    }
     try:
         config = model_client.load_config(config_file)
         stream.key = config["api_key"]
@@ -799,7 +803,8 @@ def show_saved(
             stream.notice(f"wrote {page}: open it in a browser")
             return 0
         if args.wire:
-            return display.until_the_reader_stops(wire.show_wire, path, folder, display.print_line)
+            show = wire_text.show_wire
+            return display.until_the_reader_stops(show, path, folder, display.print_line)
     except AgentError as error:
         stream.notice(f"error: {error}")
         return 1
@@ -854,7 +859,7 @@ def say_settings_changed(config_file, before: list[int] | None, stream: events.E
     """After a run: one line if the settings file changed during it, which the next start
     then refuses to read until the user saves it again (a command may have written it)."""
     try:
-        changed = sessions.note_settings_changed(config_file, before)
+        changed = settings_guard.note_settings_changed(config_file, before)
     except OSError as error:
         stream.notice(
             f"warning: {config_file} was changed while the agent ran, and that could not be "

@@ -14,7 +14,7 @@ import json
 import os
 import re
 
-from minimal_agent import added_tools, files, permissions, processes, sessions
+from minimal_agent import added_tools, files, permissions, processes, settings_guard
 from minimal_agent.errors import holds_key
 from minimal_agent.text import one_line, visible
 
@@ -58,7 +58,7 @@ def configured(config_folder: str, ws) -> tuple[list[Server], str | None]:
     file that cannot be used costs one line and its servers."""
     servers = []
     user_file = os.path.join(config_folder, USER_FILE)
-    sessions.refuse_settings_changed_by_a_run(user_file)  # a command may have planted it
+    settings_guard.refuse_settings_changed_by_a_run(user_file)  # a command may have planted it
     try:
         with open(user_file, encoding="utf-8") as file:
             servers += parsed(file.read(), user_file, False, ws.events.notice)

@@ -11,7 +11,7 @@ import json
 import os
 import re
 
-from minimal_agent import files, hooks, permissions, sessions
+from minimal_agent import files, hooks, permissions, settings_guard
 from minimal_agent.errors import AgentError, UsageError
 
 FILE_NAME = "settings.json"
@@ -83,7 +83,7 @@ def say_unknown_tools(ws, lesson_tools) -> None:
 def read_user_file(path: str) -> dict:
     """The user's settings as a dict ({} when there is no file); one a run of the agent
     changed is refused until the user saves it again (a command may have planted it)."""
-    sessions.refuse_settings_changed_by_a_run(path)
+    settings_guard.refuse_settings_changed_by_a_run(path)
     try:
         with open(path, "rb") as file:
             data = file.read(LIMIT + 1)
