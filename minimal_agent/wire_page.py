@@ -17,7 +17,7 @@ import json
 import os
 from pathlib import Path
 
-from minimal_agent import cost, files, wire
+from minimal_agent import cost, files, wire, wire_text
 from minimal_agent.errors import AgentError
 from minimal_agent.transcripts import transcript_lines
 
@@ -107,7 +107,7 @@ def e(text: object) -> str:
 
 def render(exchanges: list[dict], entries: list[dict], name: str) -> str:
     """The whole page (see the module's docstring)."""
-    paths = wire.lesson_paths(exchanges)
+    paths = wire_text.lesson_paths(exchanges)
     answered = {  # where each tool message is new -> the call it answers
         step["answer"][:2]: (n, step["index"]) for n, steps in paths.items() for step in steps
         if step["answer"]
@@ -119,7 +119,7 @@ def render(exchanges: list[dict], entries: list[dict], name: str) -> str:
                 made.setdefault(step["id"], []).append((n, step["index"]))
     calls = (answered, made)
     priced = [entry for entry in entries if entry.get("event") == "usage"]
-    usages = {x["number"]: wire.usage_of(x, priced) for x in exchanges}
+    usages = {x["number"]: wire_text.usage_of(x, priced) for x in exchanges}
     records = [entry for entry in entries if entry.get("event") == "compaction"]
     compacted = compaction_points(exchanges, records)
     session = next((entry for entry in entries if entry.get("event") == "session"), {})
@@ -213,7 +213,7 @@ def exchange_section(exchange, path, calls, usage, compacted) -> str:
         f'<section class="exchange" id="x{number}">',
         f"<h2>Request {number}</h2>",
         f'<p class="meta">sent {e(exchange["started"])}, {e(exchange["seconds"])} s until the '
-        f"response, {how}; {e(wire.usage_line(usage)) if exchange['response'] else ''}</p>",
+        f"response, {how}; {e(wire_text.usage_line(usage)) if exchange['response'] else ''}</p>",
     ]
     if number in compacted:
         parts.append(compaction_note(exchange, compacted[number]))
@@ -381,7 +381,7 @@ def call_part(number: int, step: dict, count: int) -> str:
         f"string of JSON text:</p><pre>{e(json.dumps(step['arguments'], ensure_ascii=False))}"
         f"</pre><p><code>args = json.loads(arguments)</code> makes it a dict:</p>"
         f"<pre>{parsed}</pre><p>and the loop calls:</p>"
-        f"<pre>{e(wire.python_call(step['name'], step['parsed']))}</pre>{result}</div>"
+        f"<pre>{e(wire_text.python_call(step['name'], step['parsed']))}</pre>{result}</div>"
     )
 
 

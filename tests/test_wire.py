@@ -25,7 +25,7 @@ from test_long_conversations import (
 )
 
 import agent as lesson
-from minimal_agent import sessions, wire, wire_page
+from minimal_agent import sessions, wire, wire_page, wire_text
 from minimal_agent.session import Session
 
 KEY = "sk-wire-test-0123456789abcdef"
@@ -445,7 +445,7 @@ def test_reused_call_ids_link_each_call_to_its_own_tool_message(workdir, tmp_pat
     )
     save = tmp_path / "ids.jsonl"
     lesson.run("Read both.", client, model="m", workspace=lesson.Workspace(workdir), save=save)
-    paths = wire.lesson_paths(kept(save))
+    paths = wire_text.lesson_paths(kept(save))
     answers = [(paths[n][0]["answer"][0], paths[n][0]["answer"][2]["content"]) for n in (1, 2)]
     assert answers == [(2, "A"), (3, "B")]
     page = Parsed(Path(wire_page.write_page(save, tmp_path / "ids.html", SESSIONS)).read_text())
