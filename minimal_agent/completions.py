@@ -10,7 +10,7 @@ import warnings
 
 from minimal_agent import reply_shapes
 from minimal_agent.errors import AgentError, without_key
-from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.messages import REASONING_FIELDS
 from minimal_agent.text import one_line
 
 

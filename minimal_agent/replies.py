@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
+from minimal_agent.messages import REASONING_FIELDS, json_kind
 from minimal_agent.text import one_line
-from minimal_agent.tool_schema import json_kind
 
 CUT_OFF = ("length", "content_filter", "insufficient_system_resource")  # finish reasons
-REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek's name; vLLM's and Ollama's
 
 
 def assistant_message(msg, finish_reason: str | None, position: int) -> tuple[dict, dict]:

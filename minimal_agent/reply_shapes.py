@@ -44,7 +44,7 @@ USAGE = obj({
     "prompt_cache_miss_tokens": COUNT,
     "prompt_tokens_details": obj({"cached_tokens": COUNT}),  # OpenAI's, llama.cpp's
 })  # fmt: skip
-REASONING = {"reasoning_content": TEXT, "reasoning": TEXT}  # replies.REASONING_FIELDS
+REASONING = {"reasoning_content": TEXT, "reasoning": TEXT}  # messages.REASONING_FIELDS
 CALL = obj(
     {
         "id": TEXT,

@@ -33,12 +33,6 @@ JSON_NAMES = {str: "a string", int: "an integer", float: "a number", bool: "a bo
               list: "an array", dict: "an object", type(None): "null"}  # fmt: skip
 
 
-def json_kind(value: object) -> str:
-    """The JSON type name of a value json.loads gave: object, array, string, ... number."""
-    kinds = {dict: "object", list: "array", str: "string", bool: "boolean", type(None): "null"}
-    return kinds.get(type(value), "number")
-
-
 def tool_label(tool: object, number: int) -> str:
     """How an error names a TOOLS entry: by its tool's name where it has one, else its place."""
     function = tool.get("function") if isinstance(tool, dict) else None

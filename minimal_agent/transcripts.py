@@ -14,9 +14,8 @@ import os
 
 from minimal_agent import files, sessions
 from minimal_agent.errors import AgentError, without_key
-from minimal_agent.replies import REASONING_FIELDS
+from minimal_agent.messages import REASONING_FIELDS, json_kind
 from minimal_agent.text import one_line
-from minimal_agent.tool_schema import json_kind
 
 ROLES = ("system", "user", "assistant", "tool")
 
