@@ -167,7 +167,7 @@ def writing_places() -> set[str]:
     calls WRITING_CALLS, or opens with a mode or flags that write (a name among the flags is
     looked up among the module's assignments)."""
     found = set()
-    for module in sorted((ROOT / "minimal_agent").glob("*.py")):
+    for module in sorted((ROOT / "minimal_agent").rglob("*.py")):
         tree = ast.parse(module.read_text())
         for function in ast.walk(tree):
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
