@@ -24,6 +24,7 @@ from minimal_agent import (
     display,
     events,
     files,
+    json_output,
     mcp_servers,
     models,
     processes,
@@ -69,11 +70,11 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     config_file = str(sessions.config_file() if installed else lesson.model_client.CONFIG_FILE)
     # What happens, told to the terminal and to the readers --json and --json-events ask for
     # (on stdout).
-    stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
+    stream, outcome = json_output.for_options(args.json, args.json_events, sys.stdout)
     stream.subscribe(display.Terminal())
     code = 1
     try:
-        with events.answers_on_stderr(args.json or args.json_events):
+        with json_output.answers_on_stderr(args.json or args.json_events):
             code = start_mode(lesson, parser, args, installed, config_file, stream, outcome)
     except SystemExit as end:  # a usage error, or a termination signal's handler
         code = end.code if isinstance(end.code, int) else 1
@@ -84,7 +85,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             processes.ignore_late_signals()
         else:  # called by a console, a debugger, a test
             processes.ctrl_c_given_back()
-        stream.emit("end", **events.end_record(outcome, code))
+        stream.emit("end", **json_output.end_record(outcome, code))
     return code
 
 
@@ -148,7 +149,7 @@ def mode_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
 
 def start_mode(
     lesson, parser: argparse.ArgumentParser, args: argparse.Namespace, installed: bool,
-    config_file: str, stream: events.Events, outcome: events.Outcome,
+    config_file: str, stream: events.Events, outcome: json_output.Outcome,
 ) -> int:  # fmt: skip
     """main()'s mode, told by args: its usage errors, then its function called with what it
     takes; returns the exit code. What a mode is made of (its workdir, its settings) is made
@@ -251,7 +252,7 @@ def list_mcp_servers(
 
 def run_task(
     lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
-    stream: events.Events, outcome: events.Outcome,
+    stream: events.Events, outcome: json_output.Outcome,
 ) -> int:  # fmt: skip
     """The run (no option chose another mode): a task, or a --chat, with the model the settings
     name at their server; see converse()."""
@@ -267,7 +268,7 @@ def run_task(
 
 def replay(
     lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
-    stream: events.Events, outcome: events.Outcome,
+    stream: events.Events, outcome: json_output.Outcome,
 ) -> int:  # fmt: skip
     """--replay FILE: a run whose model's replies are the transcript's (no server is asked;
     the tools run for real); see converse()."""
@@ -281,7 +282,7 @@ def replay(
 
 def converse(
     lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
-    stream: events.Events, outcome: events.Outcome, connect,
+    stream: events.Events, outcome: json_output.Outcome, connect,
 ) -> int:  # fmt: skip
     """A run or a replay, from the settings (read from config_file) to the exit code; connect
     (config, model) gives the client and the line that says where its replies come from.
