@@ -261,7 +261,7 @@ def run_task(
     def connect(config: dict, model: str) -> tuple:
         client = model_client.create_client(config, timeout=args.request_timeout)
         check_retired(model, config)
-        return client, f"model {model} at {config['base_url']}"
+        return client, f"model {model} at {config['base_url']}", None
 
     return converse(lesson, parser, args, installed, config_file, stream, outcome, connect)
 
@@ -275,7 +275,8 @@ def replay(
 
     def connect(config: dict, model: str) -> tuple:
         client = ReplayClient(args.replay, notify=stream.notice)
-        return client, f"replaying {args.replay} (no model is asked; tools run for real)"
+        source = f"replaying {args.replay} (no model is asked; tools run for real)"
+        return client, source, client.task()  # without a TASK, the one it was recorded with
 
     return converse(lesson, parser, args, installed, config_file, stream, outcome, connect)
 
@@ -285,7 +286,8 @@ def converse(
     stream: events.Events, outcome: json_output.Outcome, connect,
 ) -> int:  # fmt: skip
     """A run or a replay, from the settings (read from config_file) to the exit code; connect
-    (config, model) gives the client and the line that says where its replies come from.
+    (config, model) gives the client, the line that says where its replies come from, and the
+    task to do when none is given (None: the one piped, or the demo's).
     outcome keeps its session and result, and stream gets its events, the errors' lines among
     them."""
     agent, model_client = lesson, lesson.model_client
@@ -302,7 +304,7 @@ def converse(
         check_paths(place.workdir, args.workdir is not None, args.save)
         model = args.model or config["model"]
         check_budget(parser, args, config, model)  # a usage error (exit 2) comes first
-        client, source = connect(config, model)
+        client, source, recorded_task = connect(config, model)
         settings = parsed(config, args, installed)
         if args.sandbox:
             make_private_folders(settings, installed)
@@ -316,7 +318,7 @@ def converse(
             stream.notice(place.note)
         say_private_inside(place.workdir, private, stream)
         session = outcome.session = open_session(agent, args, settings, place, private, stream)
-        task = " ".join(args.task).strip() or (args.replay and client.task())
+        task = " ".join(args.task).strip() or recorded_task
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
         chat = args.chat or (installed and not task and sys.stdin.isatty())
         task = task or task_from_stdin(parser, args, chat, stream)  # chat() asks for it
@@ -330,13 +332,13 @@ def converse(
             timeout=args.request_timeout, save=save, sent=session.limits if session else {},
         )  # fmt: skip
         return ended_by(error, stream, config.get("api_key"), save, describe,
-                        stop=functools.partial(stopped, session, args, chat))  # fmt: skip
+                        stop=functools.partial(stopped, session, args.save, chat))  # fmt: skip
     finally:
         if session:
             session.close()
             for path, before in settings_before.items():
                 say_settings_changed(path, before, stream)
-    say_where_saved(session, args)
+    say_where_saved(session, args.save)
     if session.lost or session.user.prompt.lost:  # a record given up, said when it happened
         return 1
     if result["stop_reason"] == "finished" and session.refused:
@@ -876,18 +878,19 @@ def resumed(path: Path, stream: events.Events) -> tuple:
     return str(path), history, compaction
 
 
-def stopped(session: Session | None, args: argparse.Namespace, chat: bool, exit_code: int) -> int:
+def stopped(session: Session | None, save: str | None, chat: bool, exit_code: int) -> int:
     """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
     and how to go on are said, as after a run that ended well; returns exit_code."""
-    if session and not args.replay and session.stopped(chat):  # replies replayed cost nothing
-        say_where_saved(session, args)
+    if session and not session.replayed and session.stopped(chat):  # replayed: cost nothing
+        say_where_saved(session, save)
     return exit_code
 
 
-def say_where_saved(session, args: argparse.Namespace) -> None:
-    """After a conversation saved in the sessions folder, on a terminal: how to go on with it."""
+def say_where_saved(session, save: str | None) -> None:
+    """After a conversation saved in the sessions folder (not --save's file), on a terminal:
+    how to go on with it."""
     transcript = session and session.transcript
-    if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
+    if transcript and not save and sys.stderr.isatty() and os.path.exists(transcript.path):
         name = os.path.basename(transcript.path).removesuffix(".jsonl")
         session.events.notice(f"saved as {name}: go on with -c (the latest here) or -r {name}")
 
