@@ -143,28 +143,35 @@ def parsed_options(monkeypatch) -> list[tuple[argparse.Namespace, dict]]:
     return seen
 
 
-def test_no_mode_changes_the_parsed_options(parsed_options, workdir, tmp_path, monkeypatch):
+def test_each_mode_does_its_work_and_none_changes_the_parsed_options(
+    parsed_options, workdir, tmp_path, monkeypatch
+):
     monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")  # no mcp.json
     sessions = tmp_path / "sessions"
     offline = clean_env(LLM_SESSIONS_DIR=str(sessions))
     at = ["--workdir", str(workdir)]
     with StubServer([reply("ok")]) as server:
         ran = run_in_process(*at, "say ok", env=stub_env(server, LLM_SESSIONS_DIR=str(sessions)))
-    assert ran.returncode == 0, ran.stderr
     (saved,) = sessions.glob("*.jsonl")
-    codes = {
-        "run": ran.returncode,
-        "replay": run_in_process(*at, "--yes", "--replay", str(EXAMPLE), env=offline).returncode,
-        "show": run_in_process(*at, "--show", saved.stem, env=offline).returncode,
-        "html": run_in_process(
-            "--html", saved.stem, str(tmp_path / "p.html"), env=offline
-        ).returncode,
-        "sessions": run_in_process(*at, "--sessions", env=offline).returncode,
-        "undo": run_in_process(*at, "--undo", env=offline).returncode,  # it changed no file
-        "mcp": run_in_process(*at, "--mcp", env=offline).returncode,
+    page = tmp_path / "p.html"
+    done = {
+        "run": ran,
+        "replay": run_in_process(*at, "--yes", "--replay", str(EXAMPLE), env=offline),
+        "show": run_in_process(*at, "--show", saved.stem, env=offline),
+        "html": run_in_process("--html", saved.stem, str(page), env=offline),
+        "sessions": run_in_process(*at, "--sessions", env=offline),
+        "undo": run_in_process(*at, "--undo", env=offline),
+        "mcp": run_in_process(*at, "--mcp", env=offline),
     }
-    assert codes == {mode: 1 if mode == "undo" else 0 for mode in codes}
-    assert len(parsed_options) == len(codes)
+    codes = {mode: proc.returncode for mode, proc in done.items()}
+    assert codes == {mode: 1 if mode == "undo" else 0 for mode in done}, done
+    assert done["run"].stdout == "ok\n"
+    assert "391" in done["replay"].stdout  # the demo's 17 * 23, run for real
+    assert "say ok" in done["show"].stdout and page.is_file()
+    assert done["sessions"].stdout.splitlines()[1].startswith(saved.stem)
+    assert f"the conversation {saved.stem} changed no file" in done["undo"].stderr
+    assert done["mcp"].stdout.startswith("no MCP server is configured")
+    assert len(parsed_options) == len(done)
     for options, before in parsed_options:
         assert vars(options) == before
 
@@ -230,3 +237,22 @@ def test_a_mode_that_fails_ends_in_one_line_and_its_exit_code(said):
     assert cli.configured(stream, unreadable, cli.list_sessions) == 1
     assert notices(seen) == ["error: config.env is not UTF-8 text"]
     assert ("error", {"error": "config.env is not UTF-8 text"}) in seen
+
+
+@pytest.mark.parametrize(
+    "error, code, last",
+    [
+        (KeyboardInterrupt(), 130, "interrupted"),
+        (PermissionError(13, "Permission denied", "sessions"), 1, "error: [Errno 13] Permission"),
+        (ValueError("no user causes this"), 1, "this is a bug in the agent"),
+    ],
+)
+def test_what_ends_a_mode_is_one_line_and_its_exit_code(said, error, code, last):
+    stream, seen = said
+
+    def fails(config):
+        raise error
+
+    assert cli.configured(stream, lambda: {"api_key": "sk-secret-key"}, fails) == code
+    assert notices(seen)[-1].startswith(last)
+    assert "sk-secret-key" not in repr(seen)
