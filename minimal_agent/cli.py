@@ -164,9 +164,9 @@ def start_mode(
                 "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
             )
         return write_page(*args.html, load_config=load_config, stream=stream)
-    workdir = args.workdir or default_workdir(lesson, installed)
     if mode == "sessions":
         return configured(stream, load_config, list_sessions)
+    workdir = args.workdir or default_workdir(lesson, installed)
     if mode in ("undo", "redo"):
         return configured(
             stream, load_config, take_back, mode, args.resume, args.force, workdir, stream
