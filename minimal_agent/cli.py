@@ -1,7 +1,8 @@
-"""The command line: `python agent.py [options] [TASK ...]`. Reads the options and settings,
-checks everything a user can get wrong before the first request (each mistake ends in one
-line that says what to do), picks the conversation to start or resume, and maps how the run
-ended to the exit code."""
+"""The command line: `python agent.py [options] [TASK ...]`. Reads the options, picks the mode
+they ask for (the run, or --show, --html, --sessions, --undo/--redo, --mcp, --replay: each its
+own function, given the options it takes), reads the settings, checks everything a user can get
+wrong before the first request (each mistake ends in one line that says what to do), picks the
+conversation to start or resume, and maps how the run ended to the exit code."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from minimal_agent import (
     display,
     events,
     files,
+    json_output,
     mcp_servers,
     models,
     processes,
@@ -70,14 +72,12 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     config_file = str(sessions.config_file() if installed else lesson.model_client.CONFIG_FILE)
     # What happens, told to the terminal and to the readers --json and --json-events ask for
     # (on stdout).
-    stream, outcome = events.for_options(args.json, args.json_events, sys.stdout)
+    stream, outcome = json_output.for_options(args.json, args.json_events, sys.stdout)
     stream.subscribe(display.Terminal())
-    if args.show or args.html:
-        return show_saved(parser, args, lesson.model_client, config_file, stream)
     code = 1
     try:
-        with events.answers_on_stderr(args.json or args.json_events):
-            code = run_session(lesson, parser, args, installed, config_file, stream, outcome)
+        with json_output.answers_on_stderr(args.json or args.json_events):
+            code = start_mode(lesson, parser, args, installed, config_file, stream, outcome)
     except SystemExit as end:  # a usage error, or a termination signal's handler
         code = end.code if isinstance(end.code, int) else 1
         outcome.error = outcome.error or parser.mistake
@@ -87,18 +87,212 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
             processes.ignore_late_signals()
         else:  # called by a console, a debugger, a test
             processes.ctrl_c_given_back()
-        stream.emit("end", **events.end_record(outcome, code))
+        stream.emit("end", **json_output.end_record(outcome, code))
     return code
 
 
-def run_session(
-    lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
-    stream: events.Events, outcome: events.Outcome,
+# The options that choose a mode (the run is the mode none of them chooses), and the options
+# each mode takes besides its own: any other is a usage error naming both. Every mode takes
+# --workdir, which a wrapper or an alias may put before whatever is typed after it.
+RUN_OPTIONS = frozenset({
+    "task", "workdir", "model", "max_steps", "max_cost", "max_tokens", "thinking", "effort",
+    "request_timeout", "stream", "yes", "allow", "deny", "confirm_writes", "sandbox", "timeout",
+    "chat", "continue_last", "resume", "save", "no_save", "raw", "json", "json_events",
+})  # fmt: skip
+TAKING_BACK = frozenset({"workdir", "resume", "force"})
+TAKING_BACK_ADVICE = (
+    "it starts no conversation; give it alone (with -r ID for a conversation other than the "
+    "workdir's latest, --force to overwrite files changed since)"
+)
+MODE_OPTIONS = {
+    "show": frozenset({"workdir", "wire"}),
+    "html": frozenset({"workdir"}),
+    "sessions": frozenset({"workdir"}),
+    "undo": TAKING_BACK,
+    "redo": TAKING_BACK,
+    "mcp": frozenset({"workdir", "yes", "sandbox", "timeout", "allow", "deny"}),
+    "replay": RUN_OPTIONS - {"continue_last", "resume", "request_timeout"},
+    "run": RUN_OPTIONS,
+}
+# What a usage error adds after "--MODE takes no OPTION: ".
+MODE_ADVICE = {
+    "show": "give it alone (with --wire for the requests and responses as sent)",
+    "html": "give it the conversation's ID (or transcript file) and, after it, OUT.html",
+    "sessions": "give it alone",
+    "undo": TAKING_BACK_ADVICE,
+    "redo": TAKING_BACK_ADVICE,
+    "mcp": "it starts no conversation; give it alone (with --yes, --sandbox, --timeout, "
+    "--allow or --deny as for a run)",
+    "replay": "it asks no model and starts its own conversation from the transcript's replies",
+}
+
+
+def mode_of(parser: argparse.ArgumentParser, args: argparse.Namespace) -> str:
+    """The mode args choose ("run" when no option chooses one), once every option given is
+    one that mode takes: else a usage error (exit 2) naming the option and the mode."""
+    names = {action.dest: "/".join(action.option_strings) or action.dest
+             for action in parser._actions}  # fmt: skip
+    # Given: set to other than its default (an empty TASK is none; --no-stream is one)
+    given = [dest for dest, value in vars(args).items()
+             if value not in ([], parser.get_default(dest))]  # fmt: skip
+    chosen = [dest for dest in given if dest in MODE_OPTIONS]
+    if len(chosen) > 1:
+        parser.error(f"{names[chosen[0]]} and {names[chosen[1]]}: give one of them")
+    mode = chosen[0] if chosen else "run"
+    for dest in given:
+        if dest == mode or dest in MODE_OPTIONS[mode]:
+            continue
+        if dest not in RUN_OPTIONS:  # an option of a mode's own, as --wire of --show's
+            modes = [names[other] for other, taken in MODE_OPTIONS.items() if dest in taken]
+            parser.error(f"{names[dest]} goes with {' or '.join(modes)}")
+        parser.error(f"{names[mode]} takes no {names[dest]}: {MODE_ADVICE[mode]}")
+    return mode
+
+
+def start_mode(
+    lesson, parser: argparse.ArgumentParser, args: argparse.Namespace, installed: bool,
+    config_file: str, stream: events.Events, outcome: json_output.Outcome,
 ) -> int:  # fmt: skip
-    """The run main() starts, from the settings (read from config_file) to the exit code:
-    --sessions, --undo or --redo, or a conversation; outcome keeps its session and result,
-    and stream gets its events, the errors' lines among them. args is not changed: what is
-    made of it (the workdir, the transcript, chat or not) is kept apart."""
+    """main()'s mode, told by args: its usage errors, then its function called with what it
+    takes; returns the exit code. What a mode is made of (its workdir, its settings) is made
+    here or in it, never written back into args."""
+    mode = mode_of(parser, args)
+    load_config = functools.partial(lesson.model_client.load_config, config_file)
+    if mode == "show":
+        return show_conversation(args.show, args.wire, load_config, stream)
+    if mode == "html":
+        if len(args.html) > 2:
+            parser.error(
+                "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
+            )
+        return write_page(*args.html, load_config=load_config, stream=stream)
+    if mode == "sessions":
+        return configured(stream, load_config, list_sessions)
+    workdir = args.workdir or default_workdir(lesson, installed)
+    if mode in ("undo", "redo"):
+        return configured(
+            stream, load_config, take_back, mode, args.resume, args.force, workdir, stream
+        )
+    if mode == "mcp":
+        return configured(stream, load_config, list_mcp_servers, lesson, args, workdir, installed)
+    check_run_options(parser, args, lesson.model_client.odd_character)
+    if mode == "replay":
+        return replay(lesson, parser, args, installed, config_file, stream, outcome)
+    return run_task(lesson, parser, args, installed, config_file, stream, outcome)
+
+
+def check_run_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd_character):
+    """The run's and --replay's options that cannot go together, a file given where none is
+    taken, or a --model name with an invisible character (odd_character: model_client's check
+    of settings): exit 2."""
+    problem = args.model and odd_character(args.model, invisible_only=True)
+    if problem:
+        parser.error(f"argument --model: the name contains {problem}")
+    resuming = args.continue_last or args.resume
+    if args.continue_last and args.resume:
+        parser.error("-c (the most recent conversation) and -r (a chosen one): give one of them")
+    if args.save and resuming:
+        parser.error("a resumed conversation is saved where it was: drop --save")
+    if args.no_save and (args.save or resuming):
+        parser.error("--no-save keeps no transcript, so it goes with neither --save nor -c/-r")
+    if args.continue_last and args.task and looks_like_a_file(args.task[0]):
+        parser.error(
+            f"-c/--continue takes no file: to go on with the conversation in {args.task[0]}, use "
+            f"--resume {args.task[0]}"
+        )
+    if args.json and args.json_events:
+        parser.error("--json and --json-events both print on stdout: give one of them")
+    if args.task and not " ".join(args.task).strip():
+        parser.error("the task is only spaces: give it in words, or pipe it on stdin")
+
+
+def show_conversation(id_or_file: str, wire_too: bool, load_config, stream: events.Events) -> int:
+    """--show ID_OR_FILE (wire_too, --wire: its requests and responses): the conversation found
+    as -r finds it (in the sessions folder load_config()'s settings name), printed; exit 1
+    with one line if it cannot be."""
+    try:
+        folder = sessions_folder(load_config())
+        path = sessions.resolve(id_or_file, folder, "--show")
+        if wire_too:
+            show = wire_text.show_wire
+            return display.until_the_reader_stops(show, path, folder, display.print_line)
+    except AgentError as error:
+        stream.notice(f"error: {error}")
+        return 1
+    return display.until_the_reader_stops(
+        show_transcript, str(path), display.print_line, stream.notice
+    )
+
+
+def write_page(
+    id_or_file: str, out: str | None = None, *, load_config, stream: events.Events
+) -> int:  # fmt: skip
+    """--html ID_OR_FILE [OUT.html]: the conversation's requests and responses written as one
+    page (found as --show finds it); exit 1 with one line if it cannot be."""
+    try:
+        folder = sessions_folder(load_config())
+        path = sessions.resolve(id_or_file, folder, "--html")
+        page = wire_page.write_page(path, out, folder)
+    except AgentError as error:
+        stream.notice(f"error: {error}")
+        return 1
+    stream.notice(f"wrote {page}: open it in a browser")
+    return 0
+
+
+def list_mcp_servers(
+    config: dict, lesson, args: argparse.Namespace, workdir: str, installed: bool
+) -> int:
+    """--mcp: the MCP servers a run in workdir would start (show_mcp_servers), with the
+    settings in config and the options --mcp takes (mode_of refused any other in args)."""
+    lesson.check_tools()
+    check_paths(workdir, args.workdir is not None, None)
+    return display.until_the_reader_stops(
+        show_mcp_servers, lesson, args, parsed(config, args, installed), Place(workdir),
+        installed,
+    )  # fmt: skip
+
+
+def run_task(
+    lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
+    stream: events.Events, outcome: json_output.Outcome,
+) -> int:  # fmt: skip
+    """The run (no option chose another mode): a task, or a --chat, with the model the settings
+    name at their server; see converse()."""
+    model_client = lesson.model_client
+
+    def connect(config: dict, model: str) -> tuple:
+        client = model_client.create_client(config, timeout=args.request_timeout)
+        check_retired(model, config)
+        return client, f"model {model} at {config['base_url']}", None
+
+    return converse(lesson, parser, args, installed, config_file, stream, outcome, connect)
+
+
+def replay(
+    lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
+    stream: events.Events, outcome: json_output.Outcome,
+) -> int:  # fmt: skip
+    """--replay FILE: a run whose model's replies are the transcript's (no server is asked;
+    the tools run for real); see converse()."""
+
+    def connect(config: dict, model: str) -> tuple:
+        client = ReplayClient(args.replay, notify=stream.notice)
+        source = f"replaying {args.replay} (no model is asked; tools run for real)"
+        return client, source, client.task()  # without a TASK, the one it was recorded with
+
+    return converse(lesson, parser, args, installed, config_file, stream, outcome, connect)
+
+
+def converse(
+    lesson, parser, args: argparse.Namespace, installed: bool, config_file: str,
+    stream: events.Events, outcome: json_output.Outcome, connect,
+) -> int:  # fmt: skip
+    """A run or a replay, from the settings (read from config_file) to the exit code; connect
+    (config, model) gives the client, the line that says where its replies come from, and the
+    task to do when none is given (None: the one piped, or the demo's).
+    outcome keeps its session and result, and stream gets its events, the errors' lines among
+    them."""
     agent, model_client = lesson, lesson.model_client
     config: dict = {}  # for the error hints, whatever fails first
     session = None
@@ -110,27 +304,12 @@ def run_session(
     try:
         config = model_client.load_config(config_file)
         stream.key = config["api_key"]
-        if args.sessions:
-            return display.until_the_reader_stops(list_sessions, config)
         agent.check_tools()
-        check_options(parser, args, model_client.odd_character)
-        if args.undo or args.redo:
-            return take_back(args, workdir, config, stream)
         place = resumed_workdir(args, config, workdir)
         check_paths(place.workdir, args.workdir is not None, args.save)
-        if args.mcp:
-            return display.until_the_reader_stops(
-                show_mcp_servers, agent, args, parsed(config, args, installed), place, installed
-            )
         model = args.model or config["model"]
         check_budget(parser, args, config, model)  # a usage error (exit 2) comes first
-        if args.replay:
-            client = ReplayClient(args.replay, notify=stream.notice)
-            source = f"replaying {args.replay} (no model is asked; tools run for real)"
-        else:
-            client = model_client.create_client(config, timeout=args.request_timeout)
-            check_retired(model, config)
-            source = f"model {model} at {config['base_url']}"
+        client, source, recorded_task = connect(config, model)
         settings = parsed(config, args, installed)
         if args.sandbox:
             make_private_folders(settings, installed)
@@ -144,46 +323,27 @@ def run_session(
             stream.notice(place.note)
         say_private_inside(place.workdir, private, stream)
         session = outcome.session = open_session(agent, args, settings, place, private, stream)
-        task = " ".join(args.task).strip() or (args.replay and client.task())
+        task = " ".join(args.task).strip() or recorded_task
         # The installed command alone on a terminal opens a session; the lesson runs its demo.
         chat = args.chat or (installed and not task and sys.stdin.isatty())
         task = task or task_from_stdin(parser, args, chat, stream)  # chat() asks for it
         result = outcome.result = (agent.chat if chat else agent.run)(
             task, client, model=model, max_steps=args.max_steps, session=session
         )
-    except KeyboardInterrupt:
-        stream.notice("interrupted")
-        return stopped(session, args, chat, 130)
-    except AgentError as error:  # it may quote what the server sent: never with the key
-        failed(stream, without_key(str(error), config.get("api_key")))
-        return stopped(session, args, chat, error_exit_code(error))
-    except OSError as error:
-        failed(stream, without_key(str(error), config.get("api_key")))
-        return stopped(session, args, chat, 1)
-    except ModuleNotFoundError as error:  # started with a Python that lacks the packages
-        failed(stream, missing_package(error))
-        return 1
-    except Exception as error:
-        if processes.ENDING:  # a signal's exception that the code it hit turned into another
-            stream.notice("interrupted")  # (pydantic's schema building makes it a SchemaError)
-            return stopped(session, args, chat, 128 + processes.ENDING[0])
-        if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
-            raise
+    except (KeyboardInterrupt, Exception) as error:
         save = session and session.transcript and session.transcript.path
-        context = {"model": args.model or config.get("model"), "save": save}
-        context["sent"] = session.limits if session else {}
-        message = describe_api_error(error, config, timeout=args.request_timeout, **context)
-        if message is None:
-            stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
-            return report_bug(save, config.get("api_key"), stream)
-        failed(stream, message)
-        return stopped(session, args, chat, 1)
+        describe = functools.partial(
+            describe_api_error, config=config, model=args.model or config.get("model"),
+            timeout=args.request_timeout, save=save, sent=session.limits if session else {},
+        )  # fmt: skip
+        return ended_by(error, stream, config.get("api_key"), save, describe,
+                        stop=functools.partial(stopped, session, args.save, chat))  # fmt: skip
     finally:
         if session:
             session.close()
             for path, before in settings_before.items():
                 say_settings_changed(path, before, stream)
-    say_where_saved(session, args)
+    say_where_saved(session, args.save)
     if session.lost or session.user.prompt.lost:  # a record given up, said when it happened
         return 1
     if result["stop_reason"] == "finished" and session.refused:
@@ -191,6 +351,50 @@ def run_session(
         # refused): the model may say the work is done, but for a script it is no success.
         return EXIT_CODES["refused"]
     return EXIT_CODES[result["stop_reason"]]
+
+
+def configured(stream: events.Events, load_config, mode, *args) -> int:
+    """mode(config, *args)'s exit code, config being the settings load_config() reads; or the
+    exit code of the error that ended it, said in one line."""
+    try:
+        config = load_config()
+        stream.key = config["api_key"]
+        return mode(config, *args)
+    except (KeyboardInterrupt, Exception) as error:
+        return ended_by(error, stream, stream.key, None)
+
+
+def ended_by(
+    error: BaseException, stream: events.Events, key: str | None, save: str | None,
+    describe=lambda error: None, stop=lambda exit_code: exit_code,
+) -> int:  # fmt: skip
+    """Called inside the except block of the error that ended a mode: its one line (a bug's
+    traceback) on stream, without the key; returns the exit code, through stop (which says
+    the totals of a run cut short) unless the agent itself could not go on. describe: the
+    line of an API error (None for any other); save: the transcript, named in a bug's report."""
+    if isinstance(error, KeyboardInterrupt):
+        stream.notice("interrupted")
+        return stop(130)
+    if isinstance(error, AgentError):  # it may quote what the server sent: never with the key
+        failed(stream, without_key(str(error), key))
+        return stop(error_exit_code(error))
+    if isinstance(error, OSError):
+        failed(stream, without_key(str(error), key))
+        return stop(1)
+    if isinstance(error, ModuleNotFoundError):  # started with a Python that lacks the packages
+        failed(stream, missing_package(error))
+        return 1
+    if processes.ENDING:  # a signal's exception that the code it hit turned into another
+        stream.notice("interrupted")  # (pydantic's schema building makes it a SchemaError)
+        return stop(128 + processes.ENDING[0])
+    if type(error).__module__ == "bdb":  # pdb's q while stopped in the agent: no bug, quit
+        raise error
+    message = describe(error)
+    if message is None:
+        stream.emit("error", error=f"a bug in the agent: {type(error).__name__}")
+        return report_bug(save, key, stream)
+    failed(stream, message)
+    return stop(1)
 
 
 def failed(stream: events.Events, message: str) -> None:
@@ -438,46 +642,6 @@ def recovered(argv: list[str]) -> list[str]:
     return [os.fsencode(arg).decode("utf-8", "replace") for arg in argv]
 
 
-def check_options(parser: argparse.ArgumentParser, args: argparse.Namespace, odd_character) -> None:
-    """Options that cannot go together, a file given where none is taken, or a --model name
-    with an invisible character (odd_character: model_client's check of settings): exit 2."""
-    problem = args.model and odd_character(args.model, invisible_only=True)
-    if problem:
-        parser.error(f"argument --model: the name contains {problem}")
-    resuming = args.continue_last or args.resume
-    if args.continue_last and args.resume:
-        parser.error("-c (the most recent conversation) and -r (a chosen one): give one of them")
-    if args.save and resuming:
-        parser.error("a resumed conversation is saved where it was: drop --save")
-    if args.no_save and (args.save or resuming):
-        parser.error("--no-save keeps no transcript, so it goes with neither --save nor -c/-r")
-    if args.continue_last and args.task and looks_like_a_file(args.task[0]):
-        parser.error(
-            f"-c/--continue takes no file: to go on with the conversation in {args.task[0]}, use "
-            f"--resume {args.task[0]}"
-        )
-    if args.replay and resuming:
-        parser.error("--replay starts its own conversation: drop -c/-r")
-    if args.undo and args.redo:
-        parser.error("--undo and --redo: give one of them")
-    taking_back = "--undo" if args.undo else "--redo" if args.redo else None
-    if taking_back and (args.task or args.chat or args.save or args.no_save or args.replay):
-        parser.error(
-            f"{taking_back} takes no task and starts no conversation: give it alone "
-            "(with -r ID for a conversation other than the workdir's latest)"
-        )
-    if args.wire and not args.show:
-        parser.error("--wire goes with --show ID_OR_FILE")
-    if args.force and not taking_back:
-        parser.error("--force goes with --undo or --redo")
-    if args.json and args.json_events:
-        parser.error("--json and --json-events both print on stdout: give one of them")
-    if (args.json or args.json_events) and taking_back:
-        parser.error(f"{taking_back} starts no run: drop --json and --json-events")
-    if args.task and not " ".join(args.task).strip():
-        parser.error("the task is only spaces: give it in words, or pipe it on stdin")
-
-
 def check_budget(
     parser: argparse.ArgumentParser, args: argparse.Namespace, config: dict, model: str
 ) -> None:
@@ -719,29 +883,33 @@ def resumed(path: Path, stream: events.Events) -> tuple:
     return str(path), history, compaction
 
 
-def stopped(session: Session | None, args: argparse.Namespace, chat: bool, exit_code: int) -> int:
+def stopped(session: Session | None, save: str | None, chat: bool, exit_code: int) -> int:
     """A run cut short (Ctrl-C, an error, the budget): once a reply was paid for, the totals
     and how to go on are said, as after a run that ended well; returns exit_code."""
-    if session and not args.replay and session.stopped(chat):  # replies replayed cost nothing
-        say_where_saved(session, args)
+    if session and not session.replayed and session.stopped(chat):  # replayed: cost nothing
+        say_where_saved(session, save)
     return exit_code
 
 
-def say_where_saved(session, args: argparse.Namespace) -> None:
-    """After a conversation saved in the sessions folder, on a terminal: how to go on with it."""
+def say_where_saved(session, save: str | None) -> None:
+    """After a conversation saved in the sessions folder (not --save's file), on a terminal:
+    how to go on with it."""
     transcript = session and session.transcript
-    if transcript and not args.save and sys.stderr.isatty() and os.path.exists(transcript.path):
+    if transcript and not save and sys.stderr.isatty() and os.path.exists(transcript.path):
         name = os.path.basename(transcript.path).removesuffix(".jsonl")
         session.events.notice(f"saved as {name}: go on with -c (the latest here) or -r {name}")
 
 
-def take_back(args: argparse.Namespace, workdir: str, config: dict, stream: events.Events) -> int:
-    """--undo or --redo: in -r's conversation, or the latest of the workdir's with a turn to
-    take back (or put back); exit 1 if nothing was done (the line says why)."""
+def take_back(
+    config: dict, action: str, resume: str | None, force: bool, workdir: str,
+    stream: events.Events,
+) -> int:  # fmt: skip
+    """--undo or --redo (action): in -r's conversation (resume), or the latest of the
+    workdir's with a turn to take back (or put back); force: overwrite files changed since.
+    Exit 1 if nothing was done (the line says why)."""
     folder = sessions_folder(config)
-    action = "undo" if args.undo else "redo"
-    if args.resume:
-        path = sessions.resolve(args.resume, folder)
+    if resume:
+        path = sessions.resolve(resume, folder)
     else:
         path = latest_to_take_back(workdir, folder, action, stream)
     store = sessions.changes_folder(path, folder)
@@ -754,7 +922,7 @@ def take_back(args: argparse.Namespace, workdir: str, config: dict, stream: even
     with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
         workdirs = sessions.recorded_workdirs(path)
         how = f"--{action} --force"
-        done = changes.take_back(store, action, args.force, how, workdirs, name, stream)
+        done = changes.take_back(store, action, force, how, workdirs, name, stream)
     return 0 if done else 1
 
 
@@ -780,41 +948,14 @@ def latest_to_take_back(workdir: str, folder, action: str, stream: events.Events
     return found[0]
 
 
-def show_saved(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, model_client,
-    config_file: str | None, stream: events.Events,
-) -> int:  # fmt: skip
-    """--show ID_OR_FILE (with --wire: its requests and responses) and --html ID_OR_FILE
-    [OUT.html]: the conversation found as -r finds it (in the sessions folder config_file's
-    settings name), shown; exit 1 with one line if it cannot be."""
-    if args.show and args.html:
-        parser.error("--show prints on the terminal and --html writes a page: give one of them")
-    if args.html and len(args.html) > 2:
-        parser.error(
-            "--html takes a conversation's ID (or transcript file) and, after it, OUT.html"
-        )
-    try:
-        folder = sessions_folder(model_client.load_config(config_file))
-        option = "--show" if args.show else "--html"
-        path = sessions.resolve(args.show or args.html[0], folder, option)
-        if args.html:
-            out = args.html[1] if len(args.html) > 1 else None
-            page = wire_page.write_page(path, out, folder)
-            stream.notice(f"wrote {page}: open it in a browser")
-            return 0
-        if args.wire:
-            show = wire_text.show_wire
-            return display.until_the_reader_stops(show, path, folder, display.print_line)
-    except AgentError as error:
-        stream.notice(f"error: {error}")
-        return 1
-    return display.until_the_reader_stops(
-        show_transcript, str(path), display.print_line, stream.notice
-    )
-
-
 def list_sessions(config: dict) -> int:
-    for line in sessions.sessions_report(sessions_folder(config)):
+    """--sessions: the recent saved conversations, on stdout."""
+    report = sessions.sessions_report(sessions_folder(config))
+    return display.until_the_reader_stops(print_lines, report)
+
+
+def print_lines(lines) -> int:
+    for line in lines:
         display.print_line(line)
     return 0
 

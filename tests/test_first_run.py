@@ -449,7 +449,8 @@ def test_a_broken_transcript_is_refused_naming_the_line(
     data, problem = BROKEN[case]
     transcript = tmp_path / "broken.jsonl"
     transcript.write_bytes(data)
-    args = ["--workdir", str(workdir), option, str(transcript), "t"]
+    task = ["t"] if option == "--replay" else []  # --show takes no task
+    args = ["--workdir", str(workdir), option, str(transcript), *task]
     if case in ("binary", "no arguments"):  # the two, as real processes
         proc = run_agent(*args, env=offline())
     else:

@@ -156,5 +156,6 @@ def test_no_bad_transcript_escapes_main(monkeypatch, capsys, data, option):
     with tempfile.NamedTemporaryFile(suffix=".jsonl") as transcript:
         transcript.write(data)
         transcript.flush()
-        args = [option, transcript.name, "--max-steps", "5", "task"]
+        run_options = ["--max-steps", "5", "task"] if option == "--replay" else []
+        args = [option, transcript.name, *run_options]  # --show takes neither
         call_main(monkeypatch, capsys, args, None, {"LLM_BASE_URL": "http://127.0.0.1:9"})

@@ -24,7 +24,7 @@ from stub_server import Billed, Fail, Streamed, StubServer
 from test_chat import read_line
 
 import agent
-from minimal_agent import events
+from minimal_agent import json_output
 from minimal_agent.events import Events
 from minimal_agent.session import Session
 
@@ -243,10 +243,10 @@ def test_money_is_rounded_to_ten_places_in_plain_notation_in_both_outputs(workdi
 
 def test_money_keeps_no_float_noise():
     out = io.StringIO()
-    events.write(out, {"cost": 0.00023753399999999997, "other": 1e-05}, key="sk-x")
+    json_output.write(out, {"cost": 0.00023753399999999997, "other": 1e-05}, key="sk-x")
     assert out.getvalue() == '{"cost": 0.000237534, "other": 1e-05}\n'
     out = io.StringIO()
-    events.write(out, {"cost": 0.0}, key="sk-x")
+    json_output.write(out, {"cost": 0.0}, key="sk-x")
     assert json.loads(out.getvalue()) == {"cost": 0}
 
 

@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "minimal_agent"
-VIEWS = {"display", "prompt"}  # the terminal's readers and questions
+VIEWS = {"display", "prompt", "json_output"}  # the readers that show the events, the questions
 WIRING = {"cli"}  # makes the views and hands them to the session
 CHILDREN = {"search"}  # run as a process of their own: their stdout is a pipe to the agent
 STREAMS = {"stdout", "stderr", "__stdout__", "__stderr__"}
