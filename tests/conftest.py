@@ -18,6 +18,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import agent  # noqa: E402
+from minimal_agent import cli  # noqa: E402
 
 # Every conversation is saved: the tests' go to a folder of their own, never the user's.
 SESSIONS = tempfile.mkdtemp(prefix="agent-test-sessions-")
@@ -120,14 +121,18 @@ def run_agent(
     )
 
 
-def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.CompletedProcess:
+def run_in_process(
+    *args: str, env: dict, stdin: str | None = "", cwd: Path = ROOT / "tests",
+    installed: bool = False,
+) -> subprocess.CompletedProcess:  # fmt: skip
     """What run_agent returns, without starting a process: agent.main runs in this one,
     with env as the whole environment, stdin as its input (not a terminal), its stdout and
-    stderr caught, in the same folder. For the tests where the process boundary is not what
-    they check: a new agent process spends half a second importing openai, and the suite
-    starts hundreds. Everything the agent changes for its run is put back: the environment,
-    the folder, the streams and the signal handlers. A hung run is ended by the suite's own
-    time-out."""
+    stderr caught, in the folder cwd (run_agent's unless given). installed: the installed
+    command (agent.command(), as test_command.run_command starts it) rather than agent.py.
+    For the tests where the process boundary is not what they check: a new agent process
+    spends half a second importing openai, and the suite starts hundreds. Everything the
+    agent changes for its run is put back: the environment, the folder, the streams and the
+    signal handlers. A hung run is ended by the suite's own time-out."""
     from minimal_agent import processes
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
@@ -141,9 +146,9 @@ def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.
     sys.stdin, sys.stdout, sys.stderr = streams
     os.environ.clear()
     os.environ.update(env)
-    os.chdir(ROOT / "tests")
+    os.chdir(cwd)
     try:
-        code = agent.main(list(args))
+        code = cli.main(agent, list(args), installed=True) if installed else agent.main(list(args))
     except SystemExit as end:  # argparse's usage errors, a termination signal's handler
         code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
         if isinstance(end.code, str):
@@ -156,7 +161,8 @@ def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.
         for number, handler in saved_handlers.items():
             signal.signal(number, handler)
     out, err = (stream.buffer.getvalue().decode() for stream in streams[1:])
-    return subprocess.CompletedProcess(["agent.py", *args], code, out, err)
+    program = ["minimal-agent"] if installed else ["agent.py"]
+    return subprocess.CompletedProcess([*program, *args], code, out, err)
 
 
 def spawn(server, *args: str) -> pexpect.spawn:
