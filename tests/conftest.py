@@ -71,9 +71,9 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_unconfigure(config):
-    """The test process's sessions folder goes with it (in each pytest-xdist worker too)."""
-    shutil.rmtree(SESSIONS, ignore_errors=True)
-    os.rmdir(NO_CERTIFICATES)
+    """The test process's folders go with it (in each pytest-xdist worker too)."""
+    for folder in (SESSIONS, NO_CERTIFICATES):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
