@@ -1,7 +1,8 @@
 """The user's own folders are outside the fence, even when the workdir holds them (the agent
 run in the home folder): the config folder with the key and the sessions folder with every
 conversation are refused to read_file, write_file and AGENTS.md, and hidden from sandboxed
-commands. The installed command as a user runs it, against a stub server."""
+commands. The installed command's entry run in the test's process against a stub server, as
+another user (nobody) in a process of its own."""
 
 from __future__ import annotations
 
