@@ -18,10 +18,17 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import agent  # noqa: E402
+from minimal_agent import cli  # noqa: E402
 
 # Every conversation is saved: the tests' go to a folder of their own, never the user's.
 SESSIONS = tempfile.mkdtemp(prefix="agent-test-sessions-")
 os.environ["LLM_SESSIONS_DIR"] = SESSIONS
+
+# The agents the tests run talk to 127.0.0.1 over plain HTTP only, yet the SDK's HTTP client
+# loads the system's certificate bundle for each client it makes (20 ms of CPU, in every run):
+# given an empty folder of certificates instead (SSL_CERT_DIR, SSL_CERT_FILE unset, as httpx
+# reads them), it loads nothing. Only the agents' environment gets it (clean_env).
+NO_CERTIFICATES = tempfile.mkdtemp(prefix="agent-test-no-certificates-")
 
 # What a marked test needs, and the systems that lack it. A test marked posix or linux may give
 # its own reason, @pytest.mark.posix("why"); the skip then names it.
@@ -64,8 +71,9 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_unconfigure(config):
-    """The test process's sessions folder goes with it (in each pytest-xdist worker too)."""
-    shutil.rmtree(SESSIONS, ignore_errors=True)
+    """The test process's folders go with it (in each pytest-xdist worker too)."""
+    for folder in (SESSIONS, NO_CERTIFICATES):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
@@ -93,6 +101,8 @@ def clean_env(**settings: str) -> dict[str, str]:
     # The agents keep their compiled modules, as on a user's machine, where nobody sets this:
     # else every one of the suite's hundreds of agents compiles the agent's 4,000 lines again.
     env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env.pop("SSL_CERT_FILE", None)
+    env["SSL_CERT_DIR"] = NO_CERTIFICATES
     env["LLM_SESSIONS_DIR"] = SESSIONS
     env.update(settings)
     return env
@@ -120,14 +130,18 @@ def run_agent(
     )
 
 
-def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.CompletedProcess:
+def run_in_process(
+    *args: str, env: dict, stdin: str | None = "", cwd: Path = ROOT / "tests",
+    installed: bool = False,
+) -> subprocess.CompletedProcess:  # fmt: skip
     """What run_agent returns, without starting a process: agent.main runs in this one,
     with env as the whole environment, stdin as its input (not a terminal), its stdout and
-    stderr caught, in the same folder. For the tests where the process boundary is not what
-    they check: a new agent process spends half a second importing openai, and the suite
-    starts hundreds. Everything the agent changes for its run is put back: the environment,
-    the folder, the streams and the signal handlers. A hung run is ended by the suite's own
-    time-out."""
+    stderr caught, in the folder cwd (run_agent's unless given). installed: the installed
+    command (agent.command(), as test_command.run_command starts it) rather than agent.py.
+    For the tests where the process boundary is not what they check: a new agent process
+    spends half a second importing openai, and the suite starts hundreds. Everything the
+    agent changes for its run is put back: the environment, the folder, the streams and the
+    signal handlers. A hung run is ended by the suite's own time-out."""
     from minimal_agent import processes
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
@@ -141,9 +155,9 @@ def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.
     sys.stdin, sys.stdout, sys.stderr = streams
     os.environ.clear()
     os.environ.update(env)
-    os.chdir(ROOT / "tests")
+    os.chdir(cwd)
     try:
-        code = agent.main(list(args))
+        code = cli.main(agent, list(args), installed=True) if installed else agent.main(list(args))
     except SystemExit as end:  # argparse's usage errors, a termination signal's handler
         code = end.code if isinstance(end.code, int) else 0 if end.code is None else 1
         if isinstance(end.code, str):
@@ -156,7 +170,8 @@ def run_in_process(*args: str, env: dict, stdin: str | None = "") -> subprocess.
         for number, handler in saved_handlers.items():
             signal.signal(number, handler)
     out, err = (stream.buffer.getvalue().decode() for stream in streams[1:])
-    return subprocess.CompletedProcess(["agent.py", *args], code, out, err)
+    program = ["minimal-agent"] if installed else ["agent.py"]
+    return subprocess.CompletedProcess([*program, *args], code, out, err)
 
 
 def spawn(server, *args: str) -> pexpect.spawn:

@@ -299,7 +299,7 @@ def test_a_replay_that_runs_out_of_replies_is_an_error(workdir, tmp_path):
 
 def test_the_task_can_be_piped_on_stdin(workdir):
     with StubServer([final("piped ok")], api_key=KEY) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), env=stub_env(server), stdin="a task\nin lines\n"
         )
     assert proc.returncode == 0 and proc.stdout == "piped ok\n"

@@ -1,10 +1,12 @@
 """Configuration as a user sets it up: config.env beside model_client.py, found from any working
 directory, with real environment variables winning. The program is copied into a temporary
-folder so that its config.env is the test's own, never a developer's."""
+folder so that its config.env is the test's own, never a developer's; which setting wins is
+checked in the test's process, its config.env the test's too."""
 
 from __future__ import annotations
 
-from conftest import ROOT, clean_env, run_agent
+import pytest
+from conftest import ROOT, clean_env, run_agent, run_in_process
 from fake_model import reply
 from stub_server import StubServer
 
@@ -25,28 +27,30 @@ def test_config_env_beside_the_program_is_used_from_any_directory(app, workdir):
     assert server.requests[0]["model"] == "file-model"
 
 
-def test_environment_variables_win_over_config_env(app, workdir):
+@pytest.fixture
+def lesson_config(tmp_path, monkeypatch):
+    """The folder whose config.env the lesson reads, for the runs in this process (which
+    settings win does not depend on where the file is: the test above runs the program)."""
+    monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")
+    return tmp_path
+
+
+def test_environment_variables_win_over_config_env(lesson_config, workdir):
     with StubServer([reply("env wins")], api_key="env-key") as server:
-        write_config(app, LLM_API_KEY="file-key", LLM_BASE_URL="http://127.0.0.1:9", LLM_MODEL="f")
+        write_config(lesson_config, LLM_API_KEY="file-key", LLM_BASE_URL="http://127.0.0.1:9",
+                     LLM_MODEL="f")  # fmt: skip
         env = clean_env(LLM_API_KEY="env-key", LLM_BASE_URL=server.url, LLM_MODEL="env-model")
-        proc = run_agent("--workdir", str(workdir), "hi", env=env, script=app / "agent.py")
+        proc = run_in_process("--workdir", str(workdir), "hi", env=env)
     assert proc.returncode == 0, proc.stderr
     assert server.requests[0]["model"] == "env-model"
 
 
-def test_the_model_option_wins_over_both(app, workdir):
+def test_the_model_option_wins_over_both(lesson_config, workdir):
     with StubServer([reply("ok")], api_key="k") as server:
-        write_config(app, LLM_API_KEY="k", LLM_BASE_URL=server.url, LLM_MODEL="file-model")
+        write_config(lesson_config, LLM_API_KEY="k", LLM_BASE_URL=server.url,
+                     LLM_MODEL="file-model")  # fmt: skip
         env = clean_env(LLM_MODEL="env-model")
-        proc = run_agent(
-            "--workdir",
-            str(workdir),
-            "--model",
-            "cli-model",
-            "hi",
-            env=env,
-            script=app / "agent.py",
-        )
+        proc = run_in_process("--workdir", str(workdir), "--model", "cli-model", "hi", env=env)
     assert proc.returncode == 0, proc.stderr
     assert server.requests[0]["model"] == "cli-model"
 

@@ -620,14 +620,13 @@ def test_replaying_the_edit_example_without_the_daily_tools_says_what_to_set(wor
 
 
 def test_the_installed_command_offers_the_daily_tools(tmp_path):
-    from test_command import COMMAND, command_env
+    from test_command import command_env
 
     home, project = tmp_path / "home", tmp_path / "project"
     home.mkdir()
     project.mkdir()
     with StubServer([reply("ok")]) as server:
         env = command_env(home, LLM_API_KEY=server.api_key, LLM_BASE_URL=server.url)
-        proc = subprocess.run([*COMMAND, "hi"], cwd=project, env=env, capture_output=True,
-                              text=True, timeout=60)  # fmt: skip
+        proc = run_in_process("hi", env=env, cwd=project, installed=True)
     assert proc.returncode == 0, proc.stderr
     assert offered(server) == [*LESSON_TOOLS, "edit_file", "search", "list_files"]

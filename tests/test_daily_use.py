@@ -466,30 +466,25 @@ def first_system_prompt(server) -> str:
     return system["content"]
 
 
-def test_agents_md_reaches_the_first_request_and_is_said_before_it(workdir, sessions, tmp_path):
+def test_agents_md_reaches_the_first_request_and_is_said_before_it(workdir, sessions):
     rules = "# Rules\n\nAnswer in French. Ne touchez pas à tests/.\n"
     (workdir / "AGENTS.md").write_text(rules, encoding="utf-8")
-    stderr = tmp_path / "stderr.txt"
     said_before = []
 
     def answer(request: dict) -> dict:  # runs while the agent waits for this reply
-        said_before.append(stderr.read_text())
+        said_before.append(sys.stderr.buffer.getvalue().decode())  # the run's, caught so far
         return final("D'accord.")
 
-    with StubServer([answer]) as server, open(stderr, "w") as err:
+    with StubServer([answer]) as server:
         env = stub_env(server, LLM_SESSIONS_DIR=str(sessions))
-        proc = subprocess.run(
-            [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "hello"],
-            env=env, cwd=ROOT / "tests", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=err, text=True, timeout=60,
-        )  # fmt: skip
-    assert proc.returncode == 0, stderr.read_text()
+        proc = run_in_process("--workdir", str(workdir), "hello", env=env)
+    assert proc.returncode == 0, proc.stderr
     prompt = first_system_prompt(server)
     assert prompt.startswith("You are a small coding agent")
     assert prompt.endswith(f"from AGENTS.md in the workdir:\n\n{rules}")
     line = "read AGENTS.md from the workdir into the system prompt"
     assert [text.count(line) for text in said_before] == [1]  # on stderr before the request
-    lines = stderr.read_text().splitlines()
+    lines = proc.stderr.splitlines()
     assert lines[1] == line  # right after the line naming the model and the workdir
     assert lines[0].startswith("model deepseek-flash at ")
 

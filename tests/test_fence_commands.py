@@ -25,7 +25,6 @@ from conftest import (
     clean_env,
     execute,
     finish,
-    run_agent,
     run_in_process,
     spawn,
     stub_env,
@@ -35,6 +34,8 @@ from conftest import (
 from fake_model import reply, tool_call
 from stub_server import StubServer
 from test_sandbox import all_gone, processes_running
+
+import model_client
 
 AGENT_KEY = "sk-agent-own-key-5f3a9c"
 SECRETS = {  # names that look secret, in any case: kept from every command by default
@@ -106,14 +107,16 @@ def test_llm_pass_env_never_passes_the_agents_own_key(workdir, name):
 
 
 @pytest.mark.posix("env and /bin/sh")
-def test_a_key_from_config_env_never_reaches_a_command_under_another_name(app, workdir):
+def test_a_key_from_config_env_never_reaches_a_command_under_another_name(
+    workdir, tmp_path, monkeypatch
+):
+    monkeypatch.setattr(model_client, "CONFIG_FILE", tmp_path / "config.env")  # the lesson's
     with StubServer(echoed("env"), api_key=AGENT_KEY) as server:
-        (app / "config.env").write_text(
+        (tmp_path / "config.env").write_text(
             f"LLM_API_KEY={AGENT_KEY}\nLLM_BASE_URL={server.url}\nLLM_MODEL=deepseek-flash\n"
         )
         env = clean_env(DEEPSEEK=AGENT_KEY, FAVOURITE="blue")
-        proc = run_agent("--workdir", str(workdir), "--yes", "show env", env=env,
-                         script=app / "agent.py")  # fmt: skip
+        proc = run_in_process("--workdir", str(workdir), "--yes", "show env", env=env)
     assert proc.returncode == 0, proc.stderr
     assert "FAVOURITE=blue" in proc.stdout.splitlines()
     assert AGENT_KEY not in proc.stdout

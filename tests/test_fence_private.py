@@ -1,7 +1,8 @@
 """The user's own folders are outside the fence, even when the workdir holds them (the agent
 run in the home folder): the config folder with the key and the sessions folder with every
 conversation are refused to read_file, write_file and AGENTS.md, and hidden from sandboxed
-commands. The installed command as a user runs it, against a stub server."""
+commands. The installed command's entry run in the test's process against a stub server, as
+another user (nobody) in a process of its own."""
 
 from __future__ import annotations
 
@@ -14,11 +15,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, execute, run_agent, run_in_process, stub_env, use_workspace
+from conftest import ROOT, execute, run_in_process, stub_env, use_workspace
 from fake_model import reply, tool_call
 from stub_server import StubServer
-from test_command import command_env, run_command, user_config
+from test_command import command_env, user_config
 from test_undo_attacks import nobody_python
+
+import model_client
 
 KEY = "sk-users-own-key-93f1"
 CONFIG = ".config/minimal-agent/config.env"
@@ -44,7 +47,7 @@ def attack(home, *options: str, calls: list[tuple[str, dict]], agents_link: bool
     with StubServer([*script, reply("done")], api_key=KEY) as server:
         user_config(home, LLM_API_KEY=KEY, LLM_BASE_URL=server.url)
         env = command_env(home, LLM_SESSIONS_DIR=str(home / SESSIONS))
-        proc = run_command(*options, "go", cwd=home, env=env)
+        proc = run_in_process(*options, "go", cwd=home, env=env, installed=True)
     results = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     return proc, results, server
 
@@ -107,17 +110,26 @@ def test_a_sandboxed_command_sees_a_private_file_empty_and_cannot_change_it(work
     assert (workdir / "run.jsonl").read_text() == "a transcript kept in the workdir\n"
 
 
-def test_the_lessons_config_env_is_refused_when_the_workdir_is_the_project(app):
-    (app / "config.env").write_text(f"LLM_API_KEY={KEY}\n")
-    (app / "notes.txt").write_text("the project's own\n")
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """The lesson's project folder: its config.env is model_client's (as beside agent.py)."""
+    folder = tmp_path / "project"
+    folder.mkdir()
+    monkeypatch.setattr(model_client, "CONFIG_FILE", str(folder / "config.env"))
+    return folder
+
+
+def test_the_lessons_config_env_is_refused_when_the_workdir_is_the_project(project):
+    (project / "config.env").write_text(f"LLM_API_KEY={KEY}\n")
+    (project / "notes.txt").write_text("the project's own\n")
     calls = [tool_call("read_file", {"path": "config.env"}, "c1"),
              tool_call("read_file", {"path": "notes.txt"}, "c2")]  # fmt: skip
     with StubServer([reply(None, *calls), reply("done")], api_key=KEY) as server:
-        (app / "config.env").write_text(f"LLM_API_KEY={KEY}\nLLM_BASE_URL={server.url}\n")
+        (project / "config.env").write_text(f"LLM_API_KEY={KEY}\nLLM_BASE_URL={server.url}\n")
         env = {
             k: v for k, v in stub_env(server).items() if k not in ("LLM_API_KEY", "LLM_BASE_URL")
         }
-        proc = run_agent("--workdir", str(app), "go", env=env, script=app / "agent.py")
+        proc = run_in_process("--workdir", str(project), "go", env=env)
     assert proc.returncode == 0, proc.stderr
     first, second = [m["content"] for m in server.requests[-1]["messages"] if m["role"] == "tool"]
     assert "the user's own files" in first and KEY not in json.dumps(server.requests)
@@ -138,7 +150,7 @@ def test_a_sandboxed_command_cannot_plant_a_config_folder_that_is_not_there_yet(
     with StubServer(script, api_key=KEY) as server:
         env = command_env(home, LLM_SESSIONS_DIR=str(home / SESSIONS), LLM_API_KEY=KEY,
                           LLM_BASE_URL=server.url)  # fmt: skip
-        proc = run_command("--sandbox", "--yes", "go", cwd=home, env=env)
+        proc = run_in_process("--sandbox", "--yes", "go", cwd=home, env=env, installed=True)
     assert proc.returncode == 0, proc.stderr
     assert not (home / CONFIG).exists()
     # The config folder made before the command ran, and covered: it stays empty.
@@ -159,29 +171,34 @@ USERS = ["root", "nobody"]
 @pytest.fixture(params=USERS)
 def bare_home(request):
     """An empty home folder (no .config, no .local: root's in a fresh container) and the
-    command that runs the installed agent as its owner: root as the suite runs, or an ordinary
-    user (nobody, through setpriv, when the suite runs as root)."""
+    installed agent's command as its owner: None for root as the suite runs (the command in
+    this process), or an ordinary user's process (nobody, through setpriv, when the suite runs
+    as root), with its PYTHONPATH."""
     folder = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="home-"))
-    prefix, path = [sys.executable], str(ROOT)
+    command = None
     if request.param == "nobody":
         if os.geteuid() != 0 or not (prefix := nobody_python()):
             shutil.rmtree(folder)
             pytest.skip("running as nobody needs root and setpriv")
         os.chown(folder, 65534, 65534)
         path = os.pathsep.join([str(ROOT), *(p for p in sys.path if p.endswith("site-packages"))])
-    yield folder, [*prefix, "-c", "import sys, agent; sys.exit(agent.command())"], path
+        command = [*prefix, "-c", "import sys, agent; sys.exit(agent.command())"], path
+    yield folder, command
     shutil.rmtree(folder)
 
 
 def run_in_home(home, *args: str, **settings: str) -> subprocess.CompletedProcess:
     """The installed command started in its user's home folder (the workdir), the sessions
     folder and config folder where they are by default."""
-    folder, command, path = home
+    folder, command = home
     env = command_env(folder, **settings)
     env.pop("LLM_SESSIONS_DIR")
     env.pop("XDG_STATE_HOME", None)
-    env["PYTHONPATH"] = path
-    return subprocess.run([*command, *args], cwd=folder, env=env, capture_output=True, text=True,
+    if command is None:
+        return run_in_process(*args, env=env, cwd=folder, installed=True)
+    # Another user is another process.
+    program, env["PYTHONPATH"] = command
+    return subprocess.run([*program, *args], cwd=folder, env=env, capture_output=True, text=True,
                           timeout=60)  # fmt: skip
 
 
@@ -234,18 +251,18 @@ def test_a_config_an_approved_command_changed_is_not_read_at_the_next_start(bare
 
 
 @pytest.mark.linux("bubblewrap")
-def test_the_lessons_config_env_a_sandboxed_command_made_is_not_read_at_the_next_start(app):
+def test_the_lessons_config_env_a_sandboxed_command_made_is_not_read_at_the_next_start(project):
     # No config.env yet, the workdir the project folder: nothing above it to cover it with.
     with StubServer([reply("stolen")], api_key=KEY) as evil:
         planting = f"printf 'LLM_BASE_URL={evil.url}\\n' > config.env; echo end"
         script = [reply(None, tool_call("run_shell", {"command": planting}, "c1")), reply("done")]
         with StubServer(script, api_key=KEY) as server:
-            args = ("--workdir", str(app), "--sandbox", "--yes")
-            first = run_agent(*args, "go", env=stub_env(server), script=app / "agent.py")
+            args = ("--workdir", str(project), "--sandbox", "--yes")
+            first = run_in_process(*args, "go", env=stub_env(server))
         assert first.returncode == 0, first.stderr
         assert "changed while the agent ran" in first.stderr
         env = {k: v for k, v in stub_env(server).items() if k != "LLM_BASE_URL"}
-        second = run_agent(*args, "again", env=env, script=app / "agent.py")
+        second = run_in_process(*args, "again", env=env)
     assert evil.requests == []
     assert second.returncode == 1
     [line] = second.stderr.splitlines()
@@ -270,7 +287,8 @@ def test_a_shipped_transcript_does_not_move_the_tools_to_the_folder_it_names(tmp
     with StubServer([reply(None, *calls), reply("done")], api_key=KEY) as server:
         env = command_env(home, LLM_API_KEY=KEY, LLM_BASE_URL=server.url,
                           LLM_SESSIONS_DIR=str(home / "sessions"))  # fmt: skip
-        proc = run_command("-r", "./demo.jsonl", "--yes", "continue", cwd=project, env=env)
+        proc = run_in_process("-r", "./demo.jsonl", "--yes", "continue", cwd=project, env=env,
+                              installed=True)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert not (victim / "planted.txt").exists()
     assert (project / "planted.txt").read_text() == "x"

@@ -221,22 +221,24 @@ class V1Server(StubServer):
 
 
 def test_a_404_without_v1_suggests_adding_it(workdir):
+    # As a real process: a mistake the server answers ends the program in one line too (its
+    # variations below run in this process).
     with V1Server([reply("never")], api_key=KEY) as server:
         proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
     one_line_error(proc, "404", "does not end in /v1", f"LLM_BASE_URL={server.url}/v1")
 
 
-def test_a_404_with_the_endpoint_in_the_url_points_out_the_doubled_path(workdir):
+def test_a_404_with_the_endpoint_in_the_url_points_out_the_doubled_path(agent_main, workdir):
     with V1Server([reply("never")], api_key=KEY) as server:
-        env = stub_env(server, LLM_BASE_URL=f"{server.url}/v1/chat/completions")
-        proc = run_agent("--workdir", str(workdir), "hi", env=env)
+        env = {"LLM_API_KEY": KEY, "LLM_BASE_URL": f"{server.url}/v1/chat/completions"}
+        proc = agent_main("--workdir", str(workdir), "hi", env=env)
     one_line_error(proc, "404", "doubled", f"LLM_BASE_URL={server.url}/v1")
 
 
-def test_the_endpoint_pasted_without_v1_gets_the_whole_fix_at_once(workdir):
+def test_the_endpoint_pasted_without_v1_gets_the_whole_fix_at_once(agent_main, workdir):
     with V1Server([reply("never")], api_key=KEY) as server:
-        env = stub_env(server, LLM_BASE_URL=f"{server.url}/chat/completions")
-        proc = run_agent("--workdir", str(workdir), "hi", env=env)
+        env = {"LLM_API_KEY": KEY, "LLM_BASE_URL": f"{server.url}/chat/completions"}
+        proc = agent_main("--workdir", str(workdir), "hi", env=env)
     one_line_error(proc, "404", "doubled", f"LLM_BASE_URL={server.url}/v1")
 
 
@@ -275,11 +277,8 @@ def test_an_unknown_model_is_named(agent_main, workdir, status, said):
 )
 def test_a_full_context_says_the_conversation_is_too_long(agent_main, workdir, said):
     with StubServer([Fail(400, said)], api_key=KEY) as server:
-        if "131072" in said:  # DeepSeek's, as a real process; the others in this one
-            proc = run_agent("--workdir", str(workdir), "hi", env=stub_env(server))
-        else:
-            env = {"LLM_API_KEY": KEY, "LLM_BASE_URL": server.url}
-            proc = agent_main("--workdir", str(workdir), "hi", env=env)
+        env = {"LLM_API_KEY": KEY, "LLM_BASE_URL": server.url}
+        proc = agent_main("--workdir", str(workdir), "hi", env=env)
     line = one_line_error(proc, "400", "longer than the model accepts", "even after compacting")
     assert "check the model name" not in line
 
@@ -302,10 +301,7 @@ def test_a_rejected_history_is_called_a_bug_and_names_the_transcript(
     script = [Fail(status, said, {"retry-after-ms": "10"})] * 3
     args = ["--workdir", str(workdir), "--save", str(save), "hi"]
     with StubServer(script, api_key=KEY) as server:
-        if status == 500:  # llama.cpp's, as a real process; the others in this one
-            proc = run_agent(*args, env=stub_env(server))
-        else:
-            proc = agent_main(*args, env={"LLM_API_KEY": KEY, "LLM_BASE_URL": server.url})
+        proc = agent_main(*args, env={"LLM_API_KEY": KEY, "LLM_BASE_URL": server.url})
     one_line_error(proc, "bug in the agent", "issue tracker", f"the transcript is in {save}")
     assert "try again later" not in proc.stderr
     assert saved_messages(save)[1]["content"] == "hi"

@@ -62,6 +62,7 @@ def test_the_schemas_are_json_schema_2020_12():
 
 
 def test_a_finished_run_gives_the_answer_tokens_cost_and_the_files_it_changed(workdir):
+    # As a process: nothing else reaches its stdout, a command's output included.
     (workdir / "old.txt").write_text("old\n")
     (workdir / "gone.txt").write_text("bye\n")
     script = [
@@ -185,7 +186,7 @@ def test_ctrl_c_gives_the_record_with_status_interrupted_and_exit_130(workdir, o
 def test_a_piped_chat_gives_one_record_for_the_session(workdir):
     script = [reply("one"), reply("two")]
     with StubServer(script) as server:
-        proc = run_agent(
+        proc = run_in_process(
             "--workdir", str(workdir), "--chat", "--json", "first", env=stub_env(server),
             stdin="second\n",
         )  # fmt: skip

@@ -652,7 +652,7 @@ def test_a_replay_serves_the_recorded_summaries_not_the_next_reply(workdir, tmp_
     assert "summary" in [record["kind"] for record in compactions(save)]
 
     env = clean_env(LLM_CONTEXT_TOKENS="4096")
-    replayed = run_agent("--workdir", str(workdir), "--replay", str(save), env=env)
+    replayed = run_in_process("--workdir", str(workdir), "--replay", str(save), env=env)
     assert replayed.returncode == 0, replayed.stderr
     assert replayed.stdout == done.stdout
     assert "left the recorded path" not in replayed.stderr
