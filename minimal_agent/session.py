@@ -78,6 +78,8 @@ class Session:
         describe=None,
         replayed: bool = False,
     ) -> None:
+        if save:  # before anything is opened
+            refuse_within_reach(workspace, own_records(workspace.folder, sessions_folder, save))
         self.workspace = workspace
         self.events = workspace.events  # one stream: the tools' and the session's
         self.exchanges = Exchanges(self.events)  # what completions.ask hands over, as events
@@ -90,9 +92,6 @@ class Session:
         )
         self.messages = Conversation(history or [], self.transcript, self.appended)
         self.events.subscribe(self.keep_decisions)  # the rules' decisions, the hooks' runs
-        if save:
-            workspace.hooks.transcript_path = os.path.abspath(save)
-            workspace.hooks.session_id = os.path.basename(save).removesuffix(sessions.SUFFIX)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
         self.changes = self.wire = None
@@ -105,8 +104,6 @@ class Session:
                 sessions.wire_file(save, folder), workspace.key, self.wire_lost, self.events.notice
             )
             self.events.subscribe(self.wire)
-            records = own_records(workspace.folder, sessions_folder, save, store)
-            workspace.private += [*records, os.path.realpath(self.wire.path)]
             if sessions_folder:
                 changes.clear_stale(sessions_folder)
             try:
@@ -185,6 +182,13 @@ class Session:
         not those a deny rule names whole (minimal_agent/permissions.py)."""
         tools = added_tools.offered(lesson_tools, self.workspace.added_tools)
         return [t for t in tools if permissions.offered(self.workspace, t["function"]["name"])]
+
+    @property
+    def result_cap(self) -> int:
+        """The most characters one tool result may have: the workspace's most, less when the
+        context window is small, so that one result never fills it. Owned here, not written
+        into the workspace: the window may become known only after the first reply."""
+        return result_cap(self.window and self.window.size, self.workspace.max_result_chars)
 
     @property
     def limits(self) -> dict:
@@ -477,9 +481,6 @@ class Session:
             warning = self.window.after_reply(sent, counts["prompt_tokens"] or None)
             if warning:  # it begins with "warning:" itself
                 self.events.notice(warning)
-            if self.window.size:  # one tool result never fills the window
-                ws = self.workspace
-                ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
     def add_up(self, resp, step: int | None = None) -> dict:
         """A reply's tokens and cost (of step; None: a summary's), added to the turn's and the
@@ -600,11 +601,15 @@ class Session:
             self.transcript.close()
 
 
-def own_records(workdir: str, sessions_folder, save, store) -> list[str]:
-    """The real paths the tools must never touch (Workspace.private): the sessions folder
-    (every conversation's transcript and store), unless the workdir lies inside it, then this
-    conversation's transcript and store only; and a --save FILE transcript wherever it is."""
-    paths = [os.path.realpath(path) for path in (save, store)]
+def own_records(workdir: str, sessions_folder, save) -> list[str]:
+    """The real paths the tools must never touch (Workspace.private) for the conversation saved
+    in save: the sessions folder (every conversation's transcript, store and record of
+    requests), unless the workdir lies inside it, then this conversation's only; and a --save
+    FILE transcript wherever it is. Known before the session's workspace is made."""
+    folder = sessions_folder or os.path.dirname(os.path.abspath(save))
+    store = sessions.changes_folder(save, folder)
+    records = (save, store, sessions.wire_file(save, folder))
+    paths = [os.path.realpath(path) for path in records]
     if sessions_folder:
         folder = os.path.realpath(sessions_folder)
         try:
@@ -614,6 +619,19 @@ def own_records(workdir: str, sessions_folder, save, store) -> list[str]:
         if not holds_workdir:
             paths.append(folder)
     return paths
+
+
+def refuse_within_reach(workspace, records: list[str]) -> None:
+    """AgentError if a tool could reach one of the session's records (own_records): one in the
+    workdir, or (a sandbox hides only the private paths) any, that workspace.private leaves
+    out. Its maker names them (private=...), so the workspace is whole before the session."""
+    for path in records:
+        reachable = workspace.sandbox or files.inside(workspace.folder, path)
+        if reachable and not any(files.inside(mine, path) for mine in workspace.private):
+            raise AgentError(
+                f"{path} would be within the tools' reach: make the workspace with "
+                "private=session.own_records(workdir, sessions_folder, save) among its paths"
+            )
 
 
 COMMANDS = {  # --chat's commands, as /help lists them
