@@ -36,8 +36,9 @@ The events, each a kind and its fields (KINDS; emit() refuses any other):
     mcp_server   name, file, project, status ("started", "failed", "skipped", "lost"), tools,
                  error: an MCP server as the session starts it, or lost while in use
     answer       text, streamed: the final answer of a turn
-    usage        scope ("turn", "run" or "session"), totals (steps, tool_calls, usage, cost,
-                 unknown), turns, cancelled, failed, currency (None: no prices), replayed
+    usage        scope ("turn", "run" or "session"), totals (cost.Totals: steps, tool_calls,
+                 usage, cost, unknown), turns, cancelled, failed, currency (None: no prices),
+                 replayed
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
     error        error: the one line of what ended the run
@@ -198,15 +199,15 @@ def end_record(outcome: Outcome, exit_code: int) -> dict:
     record["model"] = session.model if session else None
     total = session.total if session else None
     record["turns"] = session.turns_begun if session else 0
-    record["steps"] = total["steps"] if total else 0
-    record["tool_calls"] = total["tool_calls"] if total else 0
-    usage = total["usage"] if total else {}
+    record["steps"] = total.steps if total else 0
+    record["tool_calls"] = total.tool_calls if total else 0
+    usage = total.usage._asdict() if total else {}
     record["usage"] = {
         name: usage.get(name, 0)
         for name in ("prompt_tokens", "cache_hit_tokens", "completion_tokens")
     }
     priced = bool(session and session.prices)
-    record["cost"] = total["cost"] if priced and not total["unknown"] else None
+    record["cost"] = total.cost if priced and not total.unknown else None
     record["currency"] = session.prices.currency if priced else None
     record["refused"] = session.refused if session else []
     recorded = bool(session and session.changes)

@@ -132,8 +132,8 @@ class Session:
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
         self.prices, self.max_cost, self.window = prices, max_cost, window
         self.replayed = replayed
-        self.total = new_totals()  # the session's, over every turn that ran
-        self.turn = new_totals()
+        self.total = cost.Totals()  # the session's, over every turn that ran
+        self.turn = cost.Totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
         self.turns_begun = 0  # and those cut short, by the budget or a signal too
         self.turn_start = 0  # where the current turn's messages begin
@@ -151,7 +151,7 @@ class Session:
         self.events.emit("error", error=line)
 
     def transcript_lost(self, error: OSError) -> None:
-        step = self.turn["steps"] if self.in_turn and self.turn["steps"] else 1
+        step = self.turn.steps if self.in_turn and self.turn.steps else 1
         self.record_lost("the transcript", error, step, "-c and -r go on from before that step")
 
     def wire_lost(self, error: OSError) -> None:
@@ -217,7 +217,7 @@ class Session:
             # After /undo or /redo the model is told which files are back as they were.
             note = self.changes and self.changes.turn_begins(task)
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
-        self.turn, self.turn_start = new_totals(), len(messages)
+        self.turn, self.turn_start = cost.Totals(), len(messages)
         self.in_turn = True
         self.turns_begun += 1
         self.events.emit("turn", turn=self.turn_number(), task=task)
@@ -440,14 +440,14 @@ class Session:
         if self.max_cost is None or self.replayed:  # a replayed reply costs nothing
             return
         budget = cost.money(self.max_cost, self.prices.currency)
-        if self.total["unknown"]:  # what it cost cannot be known, so neither what is left
+        if self.total.unknown:  # what it cost cannot be known, so neither what is left
             raise BudgetReached(
                 "stopped: the server reports no usage (token counts) with its replies, so the "
                 f"budget (--max-cost {budget}) cannot be kept; to go on with this server, run "
                 "without --max-cost and LLM_MAX_COST"
             )
-        if self.total["cost"] >= self.max_cost:
-            spent = cost.money(self.total["cost"], self.prices.currency)
+        if self.total.cost >= self.max_cost:
+            spent = cost.money(self.total.cost, self.prices.currency)
             raise BudgetReached(
                 f"stopped: the budget (--max-cost {budget}) is spent ({spent} so far); the "
                 "conversation is saved: resume it (-c) to go on, with a budget of its own"
@@ -474,9 +474,9 @@ class Session:
                 "warning: the model's final reply has no answer text (only its reasoning, or "
                 "nothing)"
             )
-        counts = self.add_up(resp, self.turn["steps"] + 1)
-        self.turn["steps"] += 1
-        self.total["steps"] += 1
+        counts = self.add_up(resp, self.turn.steps + 1)
+        self.turn = self.turn._replace(steps=self.turn.steps + 1)
+        self.total = self.total._replace(steps=self.total.steps + 1)
         if self.window:
             warning = self.window.after_reply(sent, counts["prompt_tokens"] or None)
             if warning:  # it begins with "warning:" itself
@@ -488,11 +488,8 @@ class Session:
         counts = cost.token_counts(resp.usage)
         known = cost.usage_known(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and known else None
-        for totals in (self.turn, self.total):
-            for key, number in counts.items():
-                totals["usage"][key] += number
-            totals["cost"] += spent or 0
-            totals["unknown"] += not known
+        self.turn = self.turn.with_reply(counts, spent, known)
+        self.total = self.total.with_reply(counts, spent, known)
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
@@ -520,7 +517,8 @@ class Session:
         self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
         self.tell_usage("turn", self.turn)
-        return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
+        return {"text": text, "stop_reason": stop_reason, "messages": self.messages,
+                **self.turn.fields()}  # fmt: skip
 
     def count_tool_calls(self) -> None:
         """The turn's tool calls added to its totals and the session's, once: each call whose
@@ -530,8 +528,8 @@ class Session:
         self.in_turn = False
         turn_messages = self.messages[self.turn_start :]
         results = sum(1 for m in turn_messages if m["role"] == "tool")
-        self.turn["tool_calls"] = results + (1 if open_calls(turn_messages) else 0)
-        self.total["tool_calls"] += self.turn["tool_calls"]
+        self.turn = self.turn._replace(tool_calls=results + (1 if open_calls(turn_messages) else 0))
+        self.total = self.total._replace(tool_calls=self.total.tool_calls + self.turn.tool_calls)
 
     def stopped(self, chat: bool) -> bool:
         """A run or a --chat session cut short (Ctrl-C, an error, the budget): once a reply
@@ -539,12 +537,12 @@ class Session:
         if self.in_turn and chat:
             self.cancelled += 1
         self.count_tool_calls()
-        if not (any(self.total["usage"].values()) or self.total["unknown"]):
+        if not (any(self.total.usage) or self.total.unknown):
             return False  # no reply from a model yet
         self.tell_usage("session" if chat else "run", self.total)
         return True
 
-    def tell_usage(self, scope: str, totals: dict) -> None:
+    def tell_usage(self, scope: str, totals: cost.Totals) -> None:
         """The totals of a turn, a run or a --chat session (scope), for the events' readers."""
         self.events.emit(
             "usage", scope=scope, totals=totals, turns=self.turns, cancelled=self.cancelled,
@@ -586,9 +584,8 @@ class Session:
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""
         self.tell_usage("session", self.total)
-        totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
-        totals["failed"] = self.failed
-        return {**result, "messages": self.messages, **totals}
+        counted = {"turns": self.turns, "cancelled": self.cancelled, "failed": self.failed}
+        return {**result, "messages": self.messages, **self.total.fields(), **counted}
 
     def close(self) -> None:
         if self.servers:
@@ -644,8 +641,3 @@ COMMANDS = {  # --chat's commands, as /help lists them
     "/effort": "low|high|max: how hard DeepSeek thinks, from the next message on",
     "/exit": "end the session (so do /quit, an empty line and Ctrl-D)",
 }
-
-
-def new_totals() -> dict:
-    usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0, "unknown": 0}

@@ -138,8 +138,7 @@ def test_an_event_of_no_known_kind_or_with_other_fields_is_a_bug():
 
 
 def test_the_terminal_shows_the_totals_of_a_turn_and_of_a_session(capsys):
-    usage = {"prompt_tokens": 10, "cache_hit_tokens": 2, "completion_tokens": 3}
-    totals = {"steps": 2, "tool_calls": 1, "usage": usage, "cost": 0.5, "unknown": 1}
+    totals = cost.Totals(steps=2, tool_calls=1, usage=cost.Tokens(10, 2, 3), cost=0.5, unknown=1)
     terminal = display.Terminal()
     terminal("usage", {"scope": "turn", "totals": totals, "turns": 1, "cancelled": 0,
                        "failed": 0, "currency": "USD", "replayed": False})  # fmt: skip
@@ -179,8 +178,8 @@ def test_each_reply_is_priced_and_the_turn_totals_add_up(workdir):
     assert len(costs) == 2 and costs[0] > 0 and costs[0] == costs[1]
     (totals,) = seen.of("usage")
     assert totals["scope"] == "turn" and totals["currency"] == "USD"
-    assert totals["totals"]["cost"] == pytest.approx(sum(costs))
-    assert totals["totals"]["usage"]["prompt_tokens"] == 2000
+    assert totals["totals"].cost == pytest.approx(sum(costs))
+    assert totals["totals"].usage.prompt_tokens == 2000
 
 
 def test_a_turns_file_changes_are_told_and_undo_takes_them_back(workdir, tmp_path):

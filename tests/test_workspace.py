@@ -10,10 +10,10 @@ import re
 
 import pytest
 from conftest import ROOT
-from fake_model import reply, tool_call
+from fake_model import FakeClient, completion, reply, tool_call
 
 import agent
-from minimal_agent import context_window, daily_tools, hooks, permissions
+from minimal_agent import context_window, cost, daily_tools, hooks, permissions
 from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
 from minimal_agent.scripted import ScriptedClient, ScriptedUser
@@ -118,6 +118,30 @@ def test_a_workspace_that_leaves_the_transcript_within_the_tools_reach_is_refuse
     answers = [m["content"] for m in client.requests[-1]["messages"] if m["role"] == "tool"]
     assert all("among the user's own files" in answer for answer in answers)
     assert "Done." in save.read_text()
+
+
+def test_the_totals_are_typed_and_add_up_over_turns(workdir):
+    usage = {"prompt_tokens": 1000, "prompt_cache_hit_tokens": 200, "completion_tokens": 10,
+             "total_tokens": 1010}  # fmt: skip
+    session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir, events=Events()),
+                      prices=cost.prices_for("deepseek-flash", {}))  # fmt: skip
+    client = FakeClient(
+        completion(reply(None, tool_call("read_file", {"path": "x"}, "c1")), usage=usage),
+        completion(reply("First."), number=2),  # no usage: its cost is unknown
+        completion(reply("Second."), usage=usage, number=3),
+    )
+    first = agent.run("One.", client, model="deepseek-flash", session=session)
+    second = agent.run("Two.", client, model="deepseek-flash", session=session)
+
+    assert isinstance(session.total, cost.Totals) and isinstance(session.turn, cost.Totals)
+    assert session.total.usage == cost.Tokens(2000, 400, 20)
+    assert (session.total.steps, session.total.tool_calls, session.total.unknown) == (3, 1, 1)
+    assert session.total.cost == pytest.approx(first["cost"] + second["cost"])
+    assert first["cost"] > 0
+    assert session.turn == cost.Totals(1, 0, cost.Tokens(1000, 200, 10), second["cost"], 0)
+    assert first["usage"] == {"prompt_tokens": 1000, "cache_hit_tokens": 200,
+                              "completion_tokens": 10}  # the result: plain values  # fmt: skip
+    assert (first["steps"], first["tool_calls"], first["unknown"]) == (2, 1, 1)
 
 
 def test_no_module_changes_a_workspace_after_it_is_made():
