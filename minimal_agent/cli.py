@@ -651,17 +651,11 @@ def open_session(
     session = Session(
         agent.SYSTEM_PROMPT,
         workspace,
-        model=settings.model,
+        settings,
         history=history,
         save=save,
-        sessions_folder=folder,
         stream=streaming(args),
         raw=args.raw,
-        max_tokens=settings.max_tokens,
-        thinking=settings.thinking,
-        effort=settings.effort,
-        prices=settings.prices,
-        max_cost=settings.max_cost,
         window=window,
         describe=functools.partial(
             describe_api_error,

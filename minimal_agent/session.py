@@ -25,6 +25,7 @@ from minimal_agent.context_window import Window, describe, is_context_overflow, 
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.events import Exchanges
 from minimal_agent.replies import CUT_OFF, without_thinking
+from minimal_agent.settings import DEFAULTS, Settings
 from minimal_agent.text import one_line
 from minimal_agent.transcripts import (
     Conversation,
@@ -49,8 +50,10 @@ class Session:
 
     system_prompt starts a new conversation (with AGENTS.md from the workdir added); history is
     a conversation to go on with; save is the transcript's path (appended to, never rewritten).
-    prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
-    request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
+    settings (minimal_agent.settings.Settings, whole) give the model, the sessions folder, what
+    each request asks for (max_tokens, thinking, effort), the prices of each reply and the
+    budget (max_cost), which stops the session before a request once it has spent that much.
+    window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
     for a failed request (errors.describe_api_error with the settings), or None. What happens
     goes to the workspace's events (minimal_agent.events.Events), for the readers subscribed
@@ -62,22 +65,17 @@ class Session:
         self,
         system_prompt: str,
         workspace,
+        settings: Settings = DEFAULTS,
         *,
-        model: str | None = None,
         history: list[dict] | None = None,
         save: str | os.PathLike | None = None,
-        sessions_folder: str | os.PathLike | None = None,
         stream: bool = False,
         raw: bool = False,
-        max_tokens: int | None = None,
-        thinking: str | None = None,
-        effort: str | None = None,
-        prices=None,
-        max_cost: float | None = None,
         window=None,
         describe=None,
         replayed: bool = False,
     ) -> None:
+        sessions_folder = settings.sessions_folder
         if save:  # before anything is opened
             refuse_within_reach(workspace, own_records(workspace.folder, sessions_folder, save))
         self.workspace = workspace
@@ -85,7 +83,7 @@ class Session:
         self.exchanges = Exchanges(self.events)  # what completions.ask hands over, as events
         self.user = workspace.user  # who types --chat's messages
         self.describe = describe  # an API error's one line (errors.describe_api_error), or None
-        self.system_prompt, self.model = system_prompt, model
+        self.system_prompt, self.model = system_prompt, settings.model
         self.lost: list[str] = []  # the records given up (a full disk): each one's line
         self.transcript = (
             Transcript.open(save, workspace.key, self.transcript_lost) if save else None
@@ -127,10 +125,12 @@ class Session:
         # with the others at the start, before a --chat prompt asks for the first message.
         self.system_message = None if history else self.with_agents_file()
         self.stream, self.raw = stream, raw
-        self.max_tokens = max_tokens  # unset: the server's own limit
-        self.thinking, self.effort = thinking, effort  # "on"/"off", EFFORTS; unset: the server's
+        self.max_tokens = settings.max_tokens  # unset: the server's own limit
+        # "on"/"off", EFFORTS; unset: the server's. /think and /effort change them.
+        self.thinking, self.effort = settings.thinking, settings.effort
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
-        self.prices, self.max_cost, self.window = prices, max_cost, window
+        self.prices, self.max_cost = settings.prices, settings.max_cost
+        self.window = window
         self.replayed = replayed
         self.total = cost.Totals()  # the session's, over every turn that ran
         self.turn = cost.Totals()

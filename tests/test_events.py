@@ -13,6 +13,7 @@ from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
 from minimal_agent.scripted import ScriptedClient, ScriptedUser
 from minimal_agent.session import Session
+from minimal_agent.settings import Settings
 
 
 class Seen:
@@ -172,7 +173,8 @@ def test_each_reply_is_priced_and_the_turn_totals_add_up(workdir):
         completion(reply("done"), usage=usage, number=2),
     )
     seen = Seen()
-    session = session_for(workdir, seen=seen, prices=cost.prices_for("deepseek-flash", {}))
+    prices = cost.prices_for("deepseek-flash", {})
+    session = session_for(workdir, seen=seen, settings=Settings(prices=prices))
     agent.run("go", client, model="deepseek-flash", session=session)
     costs = [fields["cost"] for fields in seen.of("reply")]
     assert len(costs) == 2 and costs[0] > 0 and costs[0] == costs[1]
@@ -189,7 +191,8 @@ def test_a_turns_file_changes_are_told_and_undo_takes_them_back(workdir, tmp_pat
     ])  # fmt: skip
     folder = tmp_path / "sessions"
     folder.mkdir()
-    session = session_for(workdir, user, seen, save=folder / "t.jsonl", sessions_folder=folder)
+    settings = Settings(sessions_folder=folder)
+    session = session_for(workdir, user, seen, settings=settings, save=folder / "t.jsonl")
     try:
         agent.chat("make a.txt", client, model="m", session=session)
     finally:

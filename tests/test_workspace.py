@@ -18,6 +18,7 @@ from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
 from minimal_agent.scripted import ScriptedClient, ScriptedUser
 from minimal_agent.session import Session, own_records
+from minimal_agent.settings import Settings
 
 BIG = "a line of the big file, long enough to fill a small window\n" * 2_000  # 120 KB
 
@@ -51,7 +52,8 @@ def test_a_run_with_a_small_window_and_a_transcript_leaves_the_workspace_as_made
     ws = agent.Workspace(workdir, private=[str(sessions)], user=ScriptedUser(), events=Events())
     before = state(ws)
     window = context_window.Window(4_096)
-    session = Session(agent.SYSTEM_PROMPT, ws, save=save, sessions_folder=sessions, window=window)
+    settings = Settings(sessions_folder=sessions)
+    session = Session(agent.SYSTEM_PROMPT, ws, settings, save=save, window=window)
     client = ScriptedClient([read(1, "big.txt"), read(2, "big.txt"), reply("Read it twice.")])
     result = agent.run("Read big.txt twice.", client, model="m", session=session)
     session.close()
@@ -124,7 +126,7 @@ def test_the_totals_are_typed_and_add_up_over_turns(workdir):
     usage = {"prompt_tokens": 1000, "prompt_cache_hit_tokens": 200, "completion_tokens": 10,
              "total_tokens": 1010}  # fmt: skip
     session = Session(agent.SYSTEM_PROMPT, agent.Workspace(workdir, events=Events()),
-                      prices=cost.prices_for("deepseek-flash", {}))  # fmt: skip
+                      Settings(prices=cost.prices_for("deepseek-flash", {})))  # fmt: skip
     client = FakeClient(
         completion(reply(None, tool_call("read_file", {"path": "x"}, "c1")), usage=usage),
         completion(reply("First."), number=2),  # no usage: its cost is unknown
