@@ -210,8 +210,8 @@ def test_a_call_asks_like_run_shell_and_yes_skips_the_question(workdir, folders,
         assert err.count('mcp__raw__touch {"path": "a.txt"}') == 2 and "Run it?" in err
         monkeypatch.setattr("sys.stdin", open(os.devnull))
         assert "nobody can give it" in call(ws, "mcp__raw__touch", path="b.txt")
-        ws.approve_all = True  # --yes
-        assert call(ws, "mcp__raw__touch", path="b.txt") == "touched"
+        with_yes = agent.Workspace(workdir, approve_all=True, added_tools=ws.added_tools)
+        assert call(with_yes, "mcp__raw__touch", path="b.txt") == "touched"
     finally:
         servers.close()
 
