@@ -89,7 +89,7 @@ class Workspace:
         self.confirm_writes = confirm_writes  # --confirm-writes: write_file asks first
         self.key = key  # the agent's API key: no command gets a variable holding it
         self.pass_env = pass_env  # LLM_PASS_ENV: what commands get anyway
-        self.max_result_chars = MAX_RESULT_CHARS  # the most any tool result may hold
+        self.max_result_chars = MAX_RESULT_CHARS  # less for a small context window (Session)
         # The user's own paths (config, sessions, this conversation's records): out of reach
         self.private = tuple(private)
         self.sandbox_limits = sandbox_limits  # /tmp, processes, memory
@@ -206,9 +206,8 @@ TOOL_MAP = {"read_file": read_file, "write_file": write_file, "run_shell": run_s
 # --- Executing one tool call: every failure comes back as text starting with "Error:" ------
 
 
-def execute_tool_call(call: dict, ws: Workspace, max_chars: int = MAX_RESULT_CHARS) -> str:
-    """Run one tool call from an assistant message and return the tool message's content, at
-    most max_chars long (the session's cap: less when the model's context window is small)."""
+def execute_tool_call(call: dict, ws: Workspace) -> str:
+    """Run one tool call from an assistant message and return the tool message's content."""
     name = call["function"]["name"]
     try:
         args = json.loads(call["function"]["arguments"] or "{}")
@@ -228,7 +227,7 @@ def execute_tool_call(call: dict, ws: Workspace, max_chars: int = MAX_RESULT_CHA
         result = f"Error: the arguments are not valid JSON ({error}); send one JSON object"
     except Exception as error:  # a failing tool is news for the model, not a crash
         result = f"Error: {type(error).__name__}: {error}"
-    return files.capped(tool_results.as_text(result), max_chars)  # a dict as JSON
+    return files.capped(tool_results.as_text(result), ws.max_result_chars)  # a dict as JSON
 
 
 # --- The loop --------------------------------------------------------------------------
@@ -270,9 +269,8 @@ def run(
             return session.finish("finished" if complete else "incomplete", text)  # answer shown
         for call in assistant["tool_calls"]:  # one tool message per call, in order
             session.events.emit("tool_call", step=step, call=call)  # the terminal shows it
-            result = not_run.get(call["id"]) or execute_tool_call(
-                call, session.workspace, session.result_cap
-            )
+            # the workspace, its results capped for the model's context window
+            result = not_run.get(call["id"]) or execute_tool_call(call, session.tools_workspace)
             session.events.emit("tool_result", step=step, call=call, result=result)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 

@@ -4,6 +4,7 @@ server turned out to need, the totals, the budget, and the context window."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -184,11 +185,19 @@ class Session:
         return [t for t in tools if permissions.offered(self.workspace, t["function"]["name"])]
 
     @property
-    def result_cap(self) -> int:
-        """The most characters one tool result may have: the workspace's most, less when the
-        context window is small, so that one result never fills it. Owned here, not written
-        into the workspace: the window may become known only after the first reply."""
-        return result_cap(self.window and self.window.size, self.workspace.max_result_chars)
+    def tools_workspace(self):
+        """The workspace as the tools get it: the one made, or, once the context window is
+        known to be small, a copy whose max_result_chars is the session's cap, so that one
+        result never fills the window and each tool cuts its own result to fit (a file read:
+        its two ends, and how much lies between). The cap is the session's, as the window:
+        the workspace made is never changed."""
+        made = self.workspace
+        cap = result_cap(self.window and self.window.size, made.max_result_chars)
+        if cap == made.max_result_chars:
+            return made
+        capped = copy.copy(made)
+        capped.max_result_chars = cap  # the copy's own value: made keeps its own
+        return capped
 
     @property
     def limits(self) -> dict:

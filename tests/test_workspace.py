@@ -13,7 +13,7 @@ from conftest import ROOT
 from fake_model import FakeClient, completion, reply, tool_call
 
 import agent
-from minimal_agent import context_window, cost, daily_tools, hooks, permissions
+from minimal_agent import context_window, cost, daily_tools, files, hooks, permissions
 from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
 from minimal_agent.scripted import ScriptedClient, ScriptedUser
@@ -61,9 +61,13 @@ def test_a_run_with_a_small_window_and_a_transcript_leaves_the_workspace_as_made
     assert result["text"] == "Read it twice."
     assert state(ws) == before
     cap = context_window.result_cap(4_096, agent.MAX_RESULT_CHARS)
-    assert session.result_cap == cap < 4_000 < ws.max_result_chars == agent.MAX_RESULT_CHARS
+    assert session.tools_workspace.max_result_chars == cap < 4_000
+    assert session.tools_workspace is not ws and ws.max_result_chars == agent.MAX_RESULT_CHARS
     results = [m["content"] for m in client.requests[-1]["messages"] if m["role"] == "tool"]
-    assert len(results) == 2 and all(len(r) <= cap and "left out" in r for r in results)
+    assert len(results) == 2 and all(len(r) <= cap for r in results)
+    # Read with the cap, not cut again after: the model is told how much of the file it missed.
+    left_out = [int(n) for r in results for n in re.findall(r"\[\.\.\. (\d+) bytes left out", r)]
+    assert left_out == [len(BIG) - 2 * files.keep(cap)] * 2
 
 
 def test_a_daily_session_with_rules_hooks_and_added_tools_leaves_the_workspace_as_made(
