@@ -37,6 +37,7 @@ from minimal_agent import (  # noqa: E402
     tool_schema,
 )
 from minimal_agent.errors import AgentError  # noqa: E402
+from minimal_agent.hooks import Hooks  # noqa: E402
 from minimal_agent.session import Session  # noqa: E402
 
 # --- Settings ---------------------------------------------------------------------------
@@ -55,11 +56,12 @@ SYSTEM_PROMPT = (
 
 
 class Workspace:
-    """What the tools act on, made once per session: the folder they work in (the workdir),
-    how long a shell command may run, whether every command runs unasked, whether commands run
-    in the sandbox and what of the environment they get, whether writes are confirmed, the
-    user's own paths they never touch, who approves (user) and where they tell what they do
-    (events). Every tool gets it as its first argument."""
+    """What the tools act on, made whole once per session and never changed after: the folder
+    they work in (the workdir), how long a shell command may run, whether every command runs
+    unasked, whether commands run in the sandbox and what of the environment they get, whether
+    writes are confirmed, the user's own paths they never touch, who approves (user), where
+    they tell what they do (events), and what the session adds: tools, permission rules and
+    hooks. Every tool gets it as its first argument."""
 
     def __init__(
         self,
@@ -75,6 +77,9 @@ class Workspace:
         sandbox_limits: dict = processes.SANDBOX_LIMITS,
         user=None,
         events=None,
+        added_tools: dict | None = None,
+        rules: permissions.Rules | None = None,
+        hooks: Hooks | None = None,
     ) -> None:
         os.makedirs(folder, exist_ok=True)
         self.folder = os.path.realpath(folder)
@@ -84,17 +89,19 @@ class Workspace:
         self.confirm_writes = confirm_writes  # --confirm-writes: write_file asks first
         self.key = key  # the agent's API key: no command gets a variable holding it
         self.pass_env = pass_env  # LLM_PASS_ENV: what commands get anyway
-        self.max_result_chars = MAX_RESULT_CHARS  # less when the context window is small
+        self.max_result_chars = MAX_RESULT_CHARS  # less for a small context window (Session)
         # The user's own paths (config, sessions, this conversation's records): out of reach
-        self.private = list(private)
+        self.private = tuple(private)
         self.sandbox_limits = sandbox_limits  # /tmp, processes, memory
-        self.user = user or display.TerminalUser()  # asked to approve; types --chat's messages
+        # Asked to approve; types --chat's messages. Its "a" answer (approve all from now on)
+        # is the one thing that changes during a session, so it is kept there, not here.
+        self.user = user or display.TerminalUser()
         self.events = events or display.terminal_events()  # what happens, for its readers
-        # Tools the session adds to TOOLS and TOOL_MAP (minimal_agent/added_tools.py): none here
-        self.added_tools: dict = {}
-        # The user's permission rules and hooks (settings.json, --allow, --deny): none here
-        self.rules = permissions.Rules()
-        self.hooks = hooks.Hooks()
+        # Tools the session adds beside TOOLS and TOOL_MAP (minimal_agent/added_tools.py), the
+        # user's permission rules and hooks (settings.json, --allow, --deny): none by default
+        self.added_tools = dict(added_tools or {})
+        self.rules = rules or permissions.Rules()
+        self.hooks = hooks or Hooks()
 
     def path(self, name: str) -> str:
         """The real location of name, relative to the folder; refused if it lies outside it,
@@ -262,7 +269,8 @@ def run(
             return session.finish("finished" if complete else "incomplete", text)  # answer shown
         for call in assistant["tool_calls"]:  # one tool message per call, in order
             session.events.emit("tool_call", step=step, call=call)  # the terminal shows it
-            result = not_run.get(call["id"]) or execute_tool_call(call, session.workspace)
+            # the workspace, its results capped for the model's context window
+            result = not_run.get(call["id"]) or execute_tool_call(call, session.tools_workspace)
             session.events.emit("tool_result", step=step, call=call, result=result)
             messages.append({"role": "tool", "tool_call_id": call["id"], "content": result})
 

@@ -25,7 +25,7 @@ command line needs from it is handed to cli.main().
     sessions        the sessions folder: IDs, listing, finding one again, one writer each
     scripted        a scripted model client and a scripted user, for tests and scripts
     replay          --replay: the scripted client of a transcript's replies
-    cost            prices, peak hours, what a reply cost
+    cost            prices, peak hours, what a reply cost; the typed totals of tokens and cost
     models          what is known of each model by name: context window, prices
     context_window  compaction, and a server's "the context is full"
     window_probe    how large the server's context window is

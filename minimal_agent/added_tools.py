@@ -1,8 +1,9 @@
-"""The door for tools beside the lesson's TOOLS and TOOL_MAP: a session adds them to its
-workspace (Workspace.added_tools), each checked as agent.py's check_tools checks the lesson's
-(minimal_agent/tool_schema.py). The model is offered the lesson's tools and the added ones
-(Session.tools); execute_tool_call calls an added tool's function. The daily driver's tools
-(minimal_agent/daily_tools.py) come through it; tools from other sources will too."""
+"""The door for tools beside the lesson's TOOLS and TOOL_MAP: a session gathers them before
+it makes its workspace (Workspace.added_tools), each checked as agent.py's check_tools checks
+the lesson's (minimal_agent/tool_schema.py). The model is offered the lesson's tools and the
+added ones (Session.tools); execute_tool_call calls an added tool's function. The daily
+driver's tools (minimal_agent/daily_tools.py) come through it; tools from other sources will
+too."""
 
 from __future__ import annotations
 
@@ -20,17 +21,17 @@ class AddedTool:
         self.schema, self.function = schema, function
 
 
-def add(ws, schema: dict, function: Callable, source: str, lesson_tools: dict,
+def add(tools: dict, schema: dict, function: Callable, source: str, lesson_tools: dict,
         replaces: bool = False) -> None:  # fmt: skip
-    """Add a tool from source (words naming where it comes from) to ws, or AgentError saying
-    what is wrong with it. A tool of a name the lesson's TOOL_MAP (lesson_tools) has takes its
-    place only when it is meant to (replaces); else the clash is an error, so that neither
-    silently hides the other."""
+    """Add a tool from source (words naming where it comes from) to tools (the added tools
+    gathered so far), or AgentError saying what is wrong with it. A tool of a name the lesson's
+    TOOL_MAP (lesson_tools) has takes its place only when it is meant to (replaces); else the
+    clash is an error, so that neither silently hides the other."""
     problem = tool_schema.schema_mistake(schema)
     if problem:
         raise AgentError(f"{tool_schema.tool_label(schema, 1)} from {source} {problem}")
     name = schema["function"]["name"]
-    if name in ws.added_tools or (name in lesson_tools and not replaces):
+    if name in tools or (name in lesson_tools and not replaces):
         raise AgentError(
             f"the tool {name!r} from {source} has the name of a tool the agent has already: "
             "rename one of them"
@@ -39,7 +40,7 @@ def add(ws, schema: dict, function: Callable, source: str, lesson_tools: dict,
     problem = tool_schema.signature_mistake(function, parameters)
     if problem:
         raise AgentError(f"the function of the tool {name!r} from {source} {problem}")
-    ws.added_tools[name] = AddedTool(schema, function)
+    tools[name] = AddedTool(schema, function)
 
 
 def offered(lesson_tools: list[dict], added: dict[str, AddedTool]) -> list[dict]:

@@ -24,6 +24,7 @@ from minimal_agent import (
     display,
     events,
     files,
+    hooks,
     json_output,
     mcp_servers,
     models,
@@ -39,7 +40,7 @@ from minimal_agent.context_window import Window, split_transcript
 from minimal_agent.errors import AgentError, UsageError, without_key
 from minimal_agent.prompt import Prompt
 from minimal_agent.replay import ReplayClient
-from minimal_agent.session import Session
+from minimal_agent.session import Session, own_records
 from minimal_agent.settings import Settings, no_price, parsed, sessions_folder
 from minimal_agent.text import visible
 from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
@@ -770,7 +771,12 @@ def open_session(
     reach; stream, where the session's events go."""
     folder = settings.sessions_folder
     typed = None if args.no_save else sessions.history_file(folder)
-    workspace = agent.Workspace(
+    # The workspace is made whole once, from what is gathered first: the rules and hooks
+    # (the project's settings read through a fence of the same folder and private paths), the
+    # transcript (whose records join the private paths), and the added tools (the daily
+    # tools, then those of the MCP servers, started for a workspace holding all but theirs).
+    workspace_of = functools.partial(
+        agent.Workspace,
         place.workdir,
         args.timeout,
         args.yes,
@@ -778,22 +784,31 @@ def open_session(
         confirm_writes=settings.confirm_writes,
         key=settings.api_key,  # kept from commands
         pass_env=settings.pass_env,
-        private=private,
         sandbox_limits=settings.sandbox_limits,
         user=display.TerminalUser(Prompt(typed, settings.api_key, stream.notice)),
         events=stream,
     )
-    if settings.daily_tools:
-        daily_tools.add_to(workspace, agent.TOOL_MAP)
+    daily = daily_tools.tools(agent.TOOL_MAP) if settings.daily_tools else {}
     user_settings = settings_json.user_file(str(settings.config_file))
-    settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
+    tool_names = [*agent.TOOL_MAP, *daily]
+    rules, hook_list = settings_json.load(workspace_of(private=private), user_settings,
+                                          args.allow, args.deny, tool_names)  # fmt: skip
     history, compaction, save = None, None, args.save
     if args.continue_last or args.resume:
         save, history, compaction = resumed(place.transcript, stream)
     elif not (args.no_save or args.replay or save):
         save = sessions.new_transcript(folder)
-    servers = mcp_servers.start(workspace, os.path.dirname(settings.config_file), str(folder),
+    if save:
+        private = [*private, *own_records(os.path.realpath(place.workdir), folder, save)]
+        name = os.path.basename(save).removesuffix(sessions.SUFFIX)
+        hook_set = hooks.Hooks(hook_list, name, os.path.abspath(save))
+    else:
+        hook_set = hooks.Hooks(hook_list)
+    workspace_of = functools.partial(workspace_of, private=private, rules=rules, hooks=hook_set)
+    servers = mcp_servers.start(workspace_of(added_tools=daily),
+                                os.path.dirname(settings.config_file), str(folder),
                                 agent.TOOL_MAP)  # fmt: skip
+    workspace = workspace_of(added_tools={**daily, **(servers.tools if servers else {})})
     tools = added_tools.offered(agent.TOOLS, workspace.added_tools)
     window = context_window(settings, not args.replay, tools)  # --replay: no server
     if compaction:
@@ -804,17 +819,11 @@ def open_session(
     session = Session(
         agent.SYSTEM_PROMPT,
         workspace,
-        model=settings.model,
+        settings,
         history=history,
         save=save,
-        sessions_folder=folder,
         stream=streaming(args),
         raw=args.raw,
-        max_tokens=settings.max_tokens,
-        thinking=settings.thinking,
-        effort=settings.effort,
-        prices=settings.prices,
-        max_cost=settings.max_cost,
         window=window,
         describe=functools.partial(
             describe_api_error,
@@ -832,14 +841,16 @@ def open_session(
 def show_mcp_servers(agent, args, settings: Settings, place, installed: bool) -> int:
     """--mcp: each MCP server, where it is configured, whether it started and its tools, on
     stdout; the workdir's ask for approval as a session's would."""
-    workspace = agent.Workspace(
-        place.workdir, args.timeout, args.yes, args.sandbox, key=settings.api_key,
-        pass_env=settings.pass_env, private=private_paths(settings, installed),
-        sandbox_limits=settings.sandbox_limits,
+    workspace_of = functools.partial(
+        agent.Workspace, place.workdir, args.timeout, args.yes, args.sandbox,
+        key=settings.api_key, pass_env=settings.pass_env,
+        private=private_paths(settings, installed), sandbox_limits=settings.sandbox_limits,
     )  # fmt: skip
     user_settings = settings_json.user_file(str(settings.config_file))  # its deny rules hold
-    settings_json.load(workspace, user_settings, args.allow, args.deny, agent.TOOL_MAP)
+    rules, hook_list = settings_json.load(workspace_of(), user_settings, args.allow, args.deny,
+                                          agent.TOOL_MAP)  # fmt: skip
     folder = os.path.dirname(settings.config_file)
+    workspace = workspace_of(rules=rules, hooks=hooks.Hooks(hook_list))
     servers = mcp_servers.start(workspace, folder, str(settings.sessions_folder), agent.TOOL_MAP)
     if not servers:
         user_file = os.path.join(folder, mcp_servers.USER_FILE)

@@ -23,6 +23,7 @@ import collections
 import math
 import time
 from collections.abc import Mapping
+from typing import NamedTuple
 
 from minimal_agent import models
 
@@ -132,6 +133,36 @@ def money(amount: float, currency: str) -> str:
     return f"{CURRENCIES[currency]}{amount:.4f}"
 
 
+class Tokens(NamedTuple):
+    """The tokens of a reply (token_counts gives them as a dict), or of many added up."""
+
+    prompt_tokens: int = 0
+    cache_hit_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class Totals(NamedTuple):  # not a dataclass: its import (inspect) slows every start
+    """What a turn, or the whole session, used: its requests (steps), its tool calls, its
+    tokens, what they cost (in the prices' currency), and how many replies reported no usage
+    (unknown: then what they cost cannot be known). A value: the session replaces its own."""
+
+    steps: int = 0
+    tool_calls: int = 0
+    usage: Tokens = Tokens()
+    cost: float = 0.0
+    unknown: int = 0
+
+    def with_reply(self, counts: dict[str, int], spent: float | None, known: bool) -> Totals:
+        """These totals with a reply's token counts (token_counts) and cost added."""
+        usage = Tokens(*(total + counts[name] for name, total in self.usage._asdict().items()))
+        return self._replace(usage=usage, cost=self.cost + (spent or 0),
+                             unknown=self.unknown + (not known))  # fmt: skip
+
+    def fields(self) -> dict:
+        """As run() and chat() return them: usage as a dict."""
+        return {**self._asdict(), "usage": self.usage._asdict()}
+
+
 def token_counts(usage) -> dict[str, int]:
     """{"prompt_tokens", "cache_hit_tokens", "completion_tokens"} of a reply's usage: the SDK's
     usage object (DeepSeek's fields are in its model_extra) or a dict; None counts as nothing.
@@ -145,11 +176,7 @@ def token_counts(usage) -> dict[str, int]:
     prompt = count(usage, "prompt_tokens")
     if prompt is None:  # hit + miss is the prompt on DeepSeek
         prompt = (hit or 0) + (count(usage, "prompt_cache_miss_tokens") or 0)
-    return {
-        "prompt_tokens": prompt,
-        "cache_hit_tokens": hit or 0,
-        "completion_tokens": count(usage, "completion_tokens") or 0,
-    }
+    return Tokens(prompt, hit or 0, count(usage, "completion_tokens") or 0)._asdict()
 
 
 def usage_known(usage) -> bool:

@@ -25,11 +25,13 @@ MAX_EDITED = 64 * 2**20  # bytes: a larger file is not read whole into memory to
 SHOWN = 20  # lines of an edit's result, and of the closest match of an old_string not found
 
 
-def add_to(ws, lesson_tools: dict) -> None:
-    """Add the daily tools to the workspace ws; their read_file replaces the lesson's."""
+def tools(lesson_tools: dict) -> dict[str, added_tools.AddedTool]:
+    """The daily tools, for a workspace's added_tools; their read_file replaces the lesson's."""
+    daily: dict[str, added_tools.AddedTool] = {}
     for schema in SCHEMAS:
         name = schema["function"]["name"]
-        added_tools.add(ws, schema, FUNCTIONS[name], SOURCE, lesson_tools, name == "read_file")
+        added_tools.add(daily, schema, FUNCTIONS[name], SOURCE, lesson_tools, name == "read_file")
+    return daily
 
 
 # --- read_file, with offset and limit ------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 import time
 from typing import NoReturn
 
-from minimal_agent.cost import money
+from minimal_agent.cost import Totals, money
 from minimal_agent.events import Events
 from minimal_agent.prompt import Prompt
 from minimal_agent.text import (
@@ -110,7 +110,7 @@ class Terminal:
     def on_compacted(self, record: dict, text: str) -> None:
         say(text)
 
-    def on_usage(self, scope: str, totals: dict, turns: int, cancelled: int, failed: int,
+    def on_usage(self, scope: str, totals: Totals, turns: int, cancelled: int, failed: int,
                  currency: str | None, replayed: bool) -> None:  # fmt: skip
         """The totals line of a turn or a run, or of a --chat session (scope "session")."""
         line = counts(totals, currency, replayed)
@@ -160,21 +160,21 @@ def terminal_events() -> Events:
     return events
 
 
-def counts(totals: dict, currency: str | None, replayed: bool) -> str:
+def counts(totals: Totals, currency: str | None, replayed: bool) -> str:
     """A totals line: steps, tool calls, tokens, and the cost in currency (None: unpriced)."""
-    steps = f"steps {totals['steps']}, tool calls {totals['tool_calls']}"
+    steps = f"steps {totals.steps}, tool calls {totals.tool_calls}"
     if replayed:  # no server counted tokens, and nothing was paid
         return f"{steps}; the replies were replayed: no tokens, no cost"
-    usage = totals["usage"]
-    spent = f", cost {money(totals['cost'], currency)}" if currency else ""
-    if currency and totals["unknown"]:  # never $0.0000 for replies of unknown cost
-        replies = f"{totals['unknown']} repl{'y' if totals['unknown'] == 1 else 'ies'}"
-        known = f"{spent} + unknown" if totals["cost"] else ", cost unknown"
+    usage = totals.usage
+    spent = f", cost {money(totals.cost, currency)}" if currency else ""
+    if currency and totals.unknown:  # never $0.0000 for replies of unknown cost
+        replies = f"{totals.unknown} repl{'y' if totals.unknown == 1 else 'ies'}"
+        known = f"{spent} + unknown" if totals.cost else ", cost unknown"
         spent = f"{known} (no usage reported for {replies})"
     return (
-        f"{steps}, prompt tokens {usage['prompt_tokens']}, "
-        f"cache-hit tokens {usage['cache_hit_tokens']}, "
-        f"completion tokens {usage['completion_tokens']}{spent}"
+        f"{steps}, prompt tokens {usage.prompt_tokens}, "
+        f"cache-hit tokens {usage.cache_hit_tokens}, "
+        f"completion tokens {usage.completion_tokens}{spent}"
     )
 
 

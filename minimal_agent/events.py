@@ -36,8 +36,9 @@ The events, each a kind and its fields (KINDS; emit() refuses any other):
     mcp_server   name, file, project, status ("started", "failed", "skipped", "lost"), tools,
                  error: an MCP server as the session starts it, or lost while in use
     answer       text, streamed: the final answer of a turn
-    usage        scope ("turn", "run" or "session"), totals (steps, tool_calls, usage, cost,
-                 unknown), turns, cancelled, failed, currency (None: no prices), replayed
+    usage        scope ("turn", "run" or "session"), totals (cost.Totals: steps, tool_calls,
+                 usage, cost, unknown), turns, cancelled, failed, currency (None: no prices),
+                 replayed
     turn_end     turn, status ("finished", "incomplete", "max_steps", "error", "interrupted"),
                  error (its one line, or None)
     error        error: the one line of what ended the run

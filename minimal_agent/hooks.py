@@ -40,22 +40,26 @@ class Hook(NamedTuple):
 
 class Hooks:
     """The hooks in force; session_id and transcript_path are what hooks are told of the
-    session (set by the session)."""
+    session (its transcript: known before the workspace that holds the hooks is made)."""
 
-    def __init__(self) -> None:
-        self.hooks: list[Hook] = []
-        self.session_id = ""
-        self.transcript_path: str | None = None
+    def __init__(
+        self, hooks: list[Hook] | tuple = (), session_id: str = "",
+        transcript_path: str | None = None,
+    ) -> None:  # fmt: skip
+        self.hooks = tuple(hooks)
+        self.session_id = session_id
+        self.transcript_path = transcript_path
 
     def __bool__(self) -> bool:
         return bool(self.hooks)
 
 
-def add_from(hooks: Hooks, settings: object, say) -> None:
-    """The hooks of a settings.json's "hooks" object, added to hooks; ValueError saying what is
-    wrong with it. Events this agent does not have are skipped with one line (said by say)."""
+def read(settings: object, say) -> list[Hook]:
+    """The hooks of a settings.json's "hooks" object; ValueError saying what is wrong with it.
+    Events this agent does not have are skipped with one line (said by say)."""
     if not isinstance(settings, dict):
         raise ValueError('"hooks" must be an object, such as {"PreToolUse": [...]}')
+    hooks = []
     for event, groups in settings.items():
         if event not in EVENTS:
             say(f"skipped the {event} hooks: this agent runs {', '.join(EVENTS)} hooks")
@@ -73,7 +77,8 @@ def add_from(hooks: Hooks, settings: object, say) -> None:
                 raise ValueError(f"the {event} matcher {matcher!r} is no regular expression: "
                                  f"{error}") from None  # fmt: skip
             for entry in commands:
-                hooks.hooks.append(Hook(event, pattern, *command_of(entry, event)))
+                hooks.append(Hook(event, pattern, *command_of(entry, event)))
+    return hooks
 
 
 def command_of(entry: object, event: str) -> tuple[str, float]:

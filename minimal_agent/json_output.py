@@ -70,15 +70,15 @@ def end_record(outcome: Outcome, exit_code: int) -> dict:
     record["model"] = session.model if session else None
     total = session.total if session else None
     record["turns"] = session.turns_begun if session else 0
-    record["steps"] = total["steps"] if total else 0
-    record["tool_calls"] = total["tool_calls"] if total else 0
-    usage = total["usage"] if total else {}
+    record["steps"] = total.steps if total else 0
+    record["tool_calls"] = total.tool_calls if total else 0
+    usage = total.usage._asdict() if total else {}
     record["usage"] = {
         name: usage.get(name, 0)
         for name in ("prompt_tokens", "cache_hit_tokens", "completion_tokens")
     }
     priced = bool(session and session.prices)
-    record["cost"] = total["cost"] if priced and not total["unknown"] else None
+    record["cost"] = total.cost if priced and not total.unknown else None
     record["currency"] = session.prices.currency if priced else None
     record["refused"] = session.refused if session else []
     recorded = bool(session and session.changes)

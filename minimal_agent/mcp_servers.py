@@ -193,7 +193,8 @@ def remembered(approvals: str) -> set[str]:
 
 
 def start(ws, config_folder: str, sessions_folder: str, lesson_tools: dict):
-    """The session's servers (Servers) with their tools in the workspace ws, or None when none
+    """The session's servers (Servers), started for the workspace ws, their tools in
+    Servers.tools (for the session's workspace: ws's added tools and these), or None when none
     is configured. The workdir's are skipped unless the user approves its .mcp.json."""
     servers, text = configured(config_folder, ws)
     if not servers:
@@ -216,11 +217,12 @@ class Servers:
         self.ws, self.events = ws, ws.events
         self.log_path = os.path.join(sessions_folder, LOG_FILE)
         self.servers: list[Server] = []
+        self.tools: dict[str, added_tools.AddedTool] = {}  # of the servers that started
         self.loop = self.thread = self.log = None
 
     def start(self, servers: list[Server], lesson_tools: dict) -> None:
-        """Start each server (at once, each within the time-out), and add the tools of those
-        that started to the workspace."""
+        """Start each server (at once, each within the time-out), and gather the tools of
+        those that started."""
         self.servers = servers
         ready = [s for s in servers if s.status == "configured" and self.usable(s)]
         if not ready:
@@ -389,8 +391,9 @@ class Servers:
             server.status = "started"
 
     def add_tools(self, server: Server, lesson_tools: dict) -> None:
-        """The server's tools into the workspace, each as mcp__SERVER__TOOL; one whose name or
-        schema cannot work is left out with one line."""
+        """The server's tools into self.tools, each as mcp__SERVER__TOOL; one whose name or
+        schema cannot work, or that has the name of one the agent has, is left out with one
+        line."""
         left_out = []
         for tool in server.listed.result():
             name = f"mcp__{server.name}__{tool.name}"
@@ -404,8 +407,9 @@ class Servers:
                 "name": name, "description": tool.description or tool.title or tool.name,
                 "parameters": tool.input_schema}}  # fmt: skip
             try:
-                added_tools.add(self.ws, schema, self.function(server, tool.name, name),
-                                f"the MCP server {server.name}", lesson_tools)  # fmt: skip
+                added_tools.add(self.tools, schema, self.function(server, tool.name, name),
+                                f"the MCP server {server.name}",
+                                {**lesson_tools, **self.ws.added_tools})  # fmt: skip
             except Exception as error:  # an AgentError naming what is wrong with it
                 left_out.append(f"{tool.name} ({error})")
                 continue
@@ -486,7 +490,7 @@ class Servers:
                 f"{server.status}: {server.problem}")  # fmt: skip
             lines.append(visible(f"{server.name} ({server.where}, {server.file}): {state}"))
             for name in server.tools:
-                about = self.ws.added_tools[name].schema["function"]["description"].strip()
+                about = self.tools[name].schema["function"]["description"].strip()
                 first = about.split("\n")[0]
                 lines.append(f"  {name}  {one_line(first, 80)}")
         return lines

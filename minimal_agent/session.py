@@ -4,6 +4,7 @@ server turned out to need, the totals, the budget, and the context window."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -24,6 +25,7 @@ from minimal_agent.context_window import Window, describe, is_context_overflow, 
 from minimal_agent.errors import AgentError, without_key
 from minimal_agent.events import Exchanges
 from minimal_agent.replies import CUT_OFF, without_thinking
+from minimal_agent.settings import DEFAULTS, Settings
 from minimal_agent.text import one_line
 from minimal_agent.transcripts import (
     Conversation,
@@ -48,8 +50,10 @@ class Session:
 
     system_prompt starts a new conversation (with AGENTS.md from the workdir added); history is
     a conversation to go on with; save is the transcript's path (appended to, never rewritten).
-    prices (minimal_agent.cost.Prices or None) price each reply; max_cost stops the session before a
-    request once it has spent that much; window (minimal_agent.context_window.Window or None) keeps
+    settings (minimal_agent.settings.Settings, whole) give the model, the sessions folder, what
+    each request asks for (max_tokens, thinking, effort), the prices of each reply and the
+    budget (max_cost), which stops the session before a request once it has spent that much.
+    window (minimal_agent.context_window.Window or None) keeps
     the conversation inside the model's context window; describe(error) gives the one line
     for a failed request (api_errors.describe_api_error with the settings), or None. What happens
     goes to the workspace's events (minimal_agent.events.Events), for the readers subscribed
@@ -61,37 +65,31 @@ class Session:
         self,
         system_prompt: str,
         workspace,
+        settings: Settings = DEFAULTS,
         *,
-        model: str | None = None,
         history: list[dict] | None = None,
         save: str | os.PathLike | None = None,
-        sessions_folder: str | os.PathLike | None = None,
         stream: bool = False,
         raw: bool = False,
-        max_tokens: int | None = None,
-        thinking: str | None = None,
-        effort: str | None = None,
-        prices=None,
-        max_cost: float | None = None,
         window=None,
         describe=None,
         replayed: bool = False,
     ) -> None:
+        sessions_folder = settings.sessions_folder
+        if save:  # before anything is opened
+            refuse_within_reach(workspace, own_records(workspace.folder, sessions_folder, save))
         self.workspace = workspace
         self.events = workspace.events  # one stream: the tools' and the session's
         self.exchanges = Exchanges(self.events)  # what completions.ask hands over, as events
         self.user = workspace.user  # who types --chat's messages
         self.describe = describe  # an API error's one line (api_errors.describe_api_error), or None
-        self.system_prompt, self.model = system_prompt, model
+        self.system_prompt, self.model = system_prompt, settings.model
         self.lost: list[str] = []  # the records given up (a full disk): each one's line
         self.transcript = (
             Transcript.open(save, workspace.key, self.transcript_lost) if save else None
         )
         self.messages = Conversation(history or [], self.transcript, self.appended)
         self.events.subscribe(self.keep_decisions)  # the rules' decisions, the hooks' runs
-        if save:
-            workspace.hooks.transcript_path = os.path.abspath(save)
-            workspace.hooks.session_id = os.path.basename(save).removesuffix(sessions.SUFFIX)
         # What each turn changes in the workdir, kept in the sessions folder for --undo, and,
         # as the transcript, out of the tools' reach.
         self.changes = self.wire = None
@@ -104,8 +102,6 @@ class Session:
                 sessions.wire_file(save, folder), workspace.key, self.wire_lost, self.events.notice
             )
             self.events.subscribe(self.wire)
-            records = own_records(workspace.folder, sessions_folder, save, store)
-            workspace.private += [*records, os.path.realpath(self.wire.path)]
             if sessions_folder:
                 changes.clear_stale(sessions_folder)
             try:
@@ -129,13 +125,15 @@ class Session:
         # with the others at the start, before a --chat prompt asks for the first message.
         self.system_message = None if history else self.with_agents_file()
         self.stream, self.raw = stream, raw
-        self.max_tokens = max_tokens  # unset: the server's own limit
-        self.thinking, self.effort = thinking, effort  # "on"/"off", EFFORTS; unset: the server's
+        self.max_tokens = settings.max_tokens  # unset: the server's own limit
+        # "on"/"off", EFFORTS; unset: the server's. /think and /effort change them.
+        self.thinking, self.effort = settings.thinking, settings.effort
         self.quirks: set[str] = set()  # what this server turned out to need (completions.ask)
-        self.prices, self.max_cost, self.window = prices, max_cost, window
+        self.prices, self.max_cost = settings.prices, settings.max_cost
+        self.window = window
         self.replayed = replayed
-        self.total = new_totals()  # the session's, over every turn that ran
-        self.turn = new_totals()
+        self.total = cost.Totals()  # the session's, over every turn that ran
+        self.turn = cost.Totals()
         self.turns = self.cancelled = self.failed = 0  # turns: those that were answered
         self.turns_begun = 0  # and those cut short, by the budget or a signal too
         self.turn_start = 0  # where the current turn's messages begin
@@ -153,7 +151,7 @@ class Session:
         self.events.emit("error", error=line)
 
     def transcript_lost(self, error: OSError) -> None:
-        step = self.turn["steps"] if self.in_turn and self.turn["steps"] else 1
+        step = self.turn.steps if self.in_turn and self.turn.steps else 1
         self.record_lost("the transcript", error, step, "-c and -r go on from before that step")
 
     def wire_lost(self, error: OSError) -> None:
@@ -186,6 +184,21 @@ class Session:
         return [t for t in tools if permissions.offered(self.workspace, t["function"]["name"])]
 
     @property
+    def tools_workspace(self):
+        """The workspace as the tools get it: the one made, or, once the context window is
+        known to be small, a copy whose max_result_chars is the session's cap, so that one
+        result never fills the window and each tool cuts its own result to fit (a file read:
+        its two ends, and how much lies between). The cap is the session's, as the window:
+        the workspace made is never changed."""
+        made = self.workspace
+        cap = result_cap(self.window and self.window.size, made.max_result_chars)
+        if cap == made.max_result_chars:
+            return made
+        capped = copy.copy(made)
+        capped.max_result_chars = cap  # the copy's own value: made keeps its own
+        return capped
+
+    @property
     def limits(self) -> dict:
         """What each request adds to model, tools and messages: max_tokens, and the thinking
         switch and effort (completions.thinking_options), each only when set."""
@@ -212,7 +225,7 @@ class Session:
             # After /undo or /redo the model is told which files are back as they were.
             note = self.changes and self.changes.turn_begins(task)
             messages.append({"role": "user", "content": f"{note}\n\n{task}" if note else task})
-        self.turn, self.turn_start = new_totals(), len(messages)
+        self.turn, self.turn_start = cost.Totals(), len(messages)
         self.in_turn = True
         self.turns_begun += 1
         self.events.emit("turn", turn=self.turn_number(), task=task)
@@ -435,14 +448,14 @@ class Session:
         if self.max_cost is None or self.replayed:  # a replayed reply costs nothing
             return
         budget = cost.money(self.max_cost, self.prices.currency)
-        if self.total["unknown"]:  # what it cost cannot be known, so neither what is left
+        if self.total.unknown:  # what it cost cannot be known, so neither what is left
             raise BudgetReached(
                 "stopped: the server reports no usage (token counts) with its replies, so the "
                 f"budget (--max-cost {budget}) cannot be kept; to go on with this server, run "
                 "without --max-cost and LLM_MAX_COST"
             )
-        if self.total["cost"] >= self.max_cost:
-            spent = cost.money(self.total["cost"], self.prices.currency)
+        if self.total.cost >= self.max_cost:
+            spent = cost.money(self.total.cost, self.prices.currency)
             raise BudgetReached(
                 f"stopped: the budget (--max-cost {budget}) is spent ({spent} so far); the "
                 "conversation is saved: resume it (-c) to go on, with a budget of its own"
@@ -469,16 +482,13 @@ class Session:
                 "warning: the model's final reply has no answer text (only its reasoning, or "
                 "nothing)"
             )
-        counts = self.add_up(resp, self.turn["steps"] + 1)
-        self.turn["steps"] += 1
-        self.total["steps"] += 1
+        counts = self.add_up(resp, self.turn.steps + 1)
+        self.turn = self.turn._replace(steps=self.turn.steps + 1)
+        self.total = self.total._replace(steps=self.total.steps + 1)
         if self.window:
             warning = self.window.after_reply(sent, counts["prompt_tokens"] or None)
             if warning:  # it begins with "warning:" itself
                 self.events.notice(warning)
-            if self.window.size:  # one tool result never fills the window
-                ws = self.workspace
-                ws.max_result_chars = result_cap(self.window.size, ws.max_result_chars)
 
     def add_up(self, resp, step: int | None = None) -> dict:
         """A reply's tokens and cost (of step; None: a summary's), added to the turn's and the
@@ -486,11 +496,8 @@ class Session:
         counts = cost.token_counts(resp.usage)
         known = cost.usage_known(resp.usage)
         spent = self.prices.cost(resp.usage, resp.created) if self.prices and known else None
-        for totals in (self.turn, self.total):
-            for key, number in counts.items():
-                totals["usage"][key] += number
-            totals["cost"] += spent or 0
-            totals["unknown"] += not known
+        self.turn = self.turn.with_reply(counts, spent, known)
+        self.total = self.total.with_reply(counts, spent, known)
         currency = self.prices.currency if self.prices else None
         event = {"event": "usage", "created": resp.created, **counts, "cost": spent}
         self.messages.save({**event, "currency": currency})
@@ -518,7 +525,8 @@ class Session:
         self.events.emit("turn_end", turn=self.turn_number(), status=stop_reason, error=None)
         self.turns += 1
         self.tell_usage("turn", self.turn)
-        return {"text": text, "stop_reason": stop_reason, "messages": self.messages, **self.turn}
+        return {"text": text, "stop_reason": stop_reason, "messages": self.messages,
+                **self.turn.fields()}  # fmt: skip
 
     def count_tool_calls(self) -> None:
         """The turn's tool calls added to its totals and the session's, once: each call whose
@@ -528,8 +536,8 @@ class Session:
         self.in_turn = False
         turn_messages = self.messages[self.turn_start :]
         results = sum(1 for m in turn_messages if m["role"] == "tool")
-        self.turn["tool_calls"] = results + (1 if open_calls(turn_messages) else 0)
-        self.total["tool_calls"] += self.turn["tool_calls"]
+        self.turn = self.turn._replace(tool_calls=results + (1 if open_calls(turn_messages) else 0))
+        self.total = self.total._replace(tool_calls=self.total.tool_calls + self.turn.tool_calls)
 
     def stopped(self, chat: bool) -> bool:
         """A run or a --chat session cut short (Ctrl-C, an error, the budget): once a reply
@@ -537,12 +545,12 @@ class Session:
         if self.in_turn and chat:
             self.cancelled += 1
         self.count_tool_calls()
-        if not (any(self.total["usage"].values()) or self.total["unknown"]):
+        if not (any(self.total.usage) or self.total.unknown):
             return False  # no reply from a model yet
         self.tell_usage("session" if chat else "run", self.total)
         return True
 
-    def tell_usage(self, scope: str, totals: dict) -> None:
+    def tell_usage(self, scope: str, totals: cost.Totals) -> None:
         """The totals of a turn, a run or a --chat session (scope), for the events' readers."""
         self.events.emit(
             "usage", scope=scope, totals=totals, turns=self.turns, cancelled=self.cancelled,
@@ -584,9 +592,8 @@ class Session:
     def end(self, result: dict) -> dict:
         """The end of a --chat session: its totals line; result with the session's totals."""
         self.tell_usage("session", self.total)
-        totals = {**self.total, "turns": self.turns, "cancelled": self.cancelled}
-        totals["failed"] = self.failed
-        return {**result, "messages": self.messages, **totals}
+        counted = {"turns": self.turns, "cancelled": self.cancelled, "failed": self.failed}
+        return {**result, "messages": self.messages, **self.total.fields(), **counted}
 
     def close(self) -> None:
         if self.servers:
@@ -599,11 +606,15 @@ class Session:
             self.transcript.close()
 
 
-def own_records(workdir: str, sessions_folder, save, store) -> list[str]:
-    """The real paths the tools must never touch (Workspace.private): the sessions folder
-    (every conversation's transcript and store), unless the workdir lies inside it, then this
-    conversation's transcript and store only; and a --save FILE transcript wherever it is."""
-    paths = [os.path.realpath(path) for path in (save, store)]
+def own_records(workdir: str, sessions_folder, save) -> list[str]:
+    """The real paths the tools must never touch (Workspace.private) for the conversation saved
+    in save: the sessions folder (every conversation's transcript, store and record of
+    requests), unless the workdir lies inside it, then this conversation's only; and a --save
+    FILE transcript wherever it is. Known before the session's workspace is made."""
+    folder = sessions_folder or os.path.dirname(os.path.abspath(save))
+    store = sessions.changes_folder(save, folder)
+    records = (save, store, sessions.wire_file(save, folder))
+    paths = [os.path.realpath(path) for path in records]
     if sessions_folder:
         folder = os.path.realpath(sessions_folder)
         try:
@@ -613,6 +624,19 @@ def own_records(workdir: str, sessions_folder, save, store) -> list[str]:
         if not holds_workdir:
             paths.append(folder)
     return paths
+
+
+def refuse_within_reach(workspace, records: list[str]) -> None:
+    """AgentError if a tool could reach one of the session's records (own_records): one in the
+    workdir, or (a sandbox hides only the private paths) any, that workspace.private leaves
+    out. Its maker names them (private=...), so the workspace is whole before the session."""
+    for path in records:
+        reachable = workspace.sandbox or files.inside(workspace.folder, path)
+        if reachable and not any(files.inside(mine, path) for mine in workspace.private):
+            raise AgentError(
+                f"{path} would be within the tools' reach: make the workspace with "
+                "private=session.own_records(workdir, sessions_folder, save) among its paths"
+            )
 
 
 COMMANDS = {  # --chat's commands, as /help lists them
@@ -625,8 +649,3 @@ COMMANDS = {  # --chat's commands, as /help lists them
     "/effort": "low|high|max: how hard DeepSeek thinks, from the next message on",
     "/exit": "end the session (so do /quit, an empty line and Ctrl-D)",
 }
-
-
-def new_totals() -> dict:
-    usage = {"prompt_tokens": 0, "cache_hit_tokens": 0, "completion_tokens": 0}
-    return {"steps": 0, "tool_calls": 0, "usage": usage, "cost": 0.0, "unknown": 0}

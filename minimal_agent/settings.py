@@ -11,7 +11,11 @@ from pathlib import Path
 from typing import NamedTuple
 
 from minimal_agent import completions, cost, processes, sessions
-from minimal_agent.context_window import compact_at_setting, context_tokens_setting
+from minimal_agent.context_window import (
+    DEFAULT_COMPACT_AT,
+    compact_at_setting,
+    context_tokens_setting,
+)
 from minimal_agent.errors import AgentError
 
 YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
@@ -20,25 +24,30 @@ YES, NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 class Settings(NamedTuple):  # not a dataclass: its import (inspect) slows every start
     """One run's settings, each an option's value where the option was given, else its
     setting's, else the default. config: the settings as read, for the hints of errors that
-    quote them (api_errors.describe_api_error)."""
+    quote them (api_errors.describe_api_error). Settings() is what a session has when no config
+    is read (DEFAULTS: agent.run() given a client and a model): no prices, no budget, the
+    server's own limits, the records beside the transcript."""
 
-    config: dict
-    config_file: str  # the file they were read from
-    api_key: str
-    base_url: str
-    model: str
-    sessions_folder: Path
-    prices: cost.Prices | None  # None: the model has no known price
-    max_cost: float | None
-    max_tokens: int | None
-    thinking: str | None  # "on", "off"; None: the server's own
-    effort: str | None  # one of completions.EFFORTS; None: the server's own
-    confirm_writes: bool
-    daily_tools: bool  # edit_file, search, list_files and read_file's offset and limit added
-    pass_env: frozenset[str]
-    sandbox_limits: dict
-    context_tokens: int | None
-    compact_at: float
+    config: dict = {}  # read only, as every field
+    config_file: str = ""  # the file they were read from
+    api_key: str = ""
+    base_url: str = ""
+    model: str | None = None
+    sessions_folder: Path | None = None  # None: a transcript's records are kept beside it
+    prices: cost.Prices | None = None  # None: the model has no known price
+    max_cost: float | None = None
+    max_tokens: int | None = None
+    thinking: str | None = None  # "on", "off"; None: the server's own
+    effort: str | None = None  # one of completions.EFFORTS; None: the server's own
+    confirm_writes: bool = False
+    daily_tools: bool = False  # edit_file, search, list_files and read_file's offset and limit
+    pass_env: frozenset[str] = frozenset()
+    sandbox_limits: dict = processes.SANDBOX_LIMITS
+    context_tokens: int | None = None
+    compact_at: float = DEFAULT_COMPACT_AT
+
+
+DEFAULTS = Settings()
 
 
 def sessions_folder(config: dict) -> Path:

@@ -2,8 +2,8 @@
 hooks), and the project's, .minimal-agent/settings.json in the workdir, which can only take
 power away: its deny and ask rules apply, and the rest of it (allow rules, hooks, anything
 else) is ignored with one line. --allow and --deny add rules for one run. Read once, when the
-session opens, into the workspace's rules (minimal_agent/permissions.py) and hooks
-(minimal_agent/hooks.py)."""
+session opens, before its workspace is made with the rules (minimal_agent/permissions.py) and
+hooks (minimal_agent/hooks.py) they hold."""
 
 from __future__ import annotations
 
@@ -24,15 +24,18 @@ def user_file(config_file: str) -> str:
     return os.path.join(os.path.dirname(os.path.abspath(config_file)), FILE_NAME)
 
 
-def load(ws, user_path: str, allow: list[str], deny: list[str], lesson_tools=()) -> None:
-    """Put the rules and hooks in force into ws: --deny and --allow (a mistake in one: a
-    UsageError), the user's settings.json (a mistake: an AgentError naming the file), and the
-    deny and ask rules of the project's file (a mistake there: skipped with one line). A rule
-    naming none of lesson_tools (agent.py's TOOL_MAP) or ws's added tools: one line."""
+def load(fence, user_path: str, allow: list[str], deny: list[str], tools=()
+         ) -> tuple[permissions.Rules, list[hooks.Hook]]:  # fmt: skip
+    """The rules and hooks in force: --deny and --allow (a mistake in one: a UsageError), the
+    user's settings.json (a mistake: an AgentError naming the file), and the deny and ask rules
+    of the project's file, read through fence (a workspace) as read_file reads (a mistake
+    there: skipped with one line, told to fence's events). A rule naming none of tools (the
+    names of the lesson's TOOL_MAP and of the added tools): one line."""
+    rules = permissions.Rules()
     for kind, given in (("deny", deny), ("allow", allow)):
         for text in given:
             try:
-                ws.rules.add(kind, text, f"--{kind}")
+                rules.add(kind, text, f"--{kind}")
             except ValueError as error:
                 raise UsageError(f"--{kind}: {error}") from None
     settings = read_user_file(user_path)
@@ -40,23 +43,24 @@ def load(ws, user_path: str, allow: list[str], deny: list[str], lesson_tools=())
     try:
         for kind, texts in rule_lists(settings).items():
             for text in texts:
-                ws.rules.add(kind, text, "user settings")
-        hooks.add_from(ws.hooks, settings.get("hooks", {}), ws.events.notice)
+                rules.add(kind, text, "user settings")
+        hook_list = hooks.read(settings.get("hooks", {}), fence.events.notice)
     except ValueError as error:
         raise AgentError(f"{source}: {error}; fix it, or move the file away") from None
-    load_project_file(ws)
-    say_unknown_tools(ws, lesson_tools)
+    load_project_file(fence, rules)
+    say_unknown_tools(rules, hook_list, set(tools), fence.events.notice)
+    return rules, hook_list
 
 
 CLAUDE_NAMES = {"Bash": "run_shell", "Read": "read_file", "Write": "write_file",
                 "Edit": "edit_file", "Grep": "search", "Glob": "list_files"}  # fmt: skip
 
 
-def say_unknown_tools(ws, lesson_tools) -> None:
-    """One line for each rule, and each name in a hook's matcher, that names no tool of this
-    agent, so one that looks right but never matches (Claude Code's Bash(...) as it is) does
-    not go unnoticed."""
-    tools = {*lesson_tools, *ws.added_tools}
+def say_unknown_tools(rules: permissions.Rules, hook_list: list[hooks.Hook], tools: set[str],
+                      notice) -> None:  # fmt: skip
+    """One line (to notice) for each rule, and each name in a hook's matcher, that names none
+    of tools, so one that looks right but never matches (Claude Code's Bash(...) as it is)
+    does not go unnoticed."""
 
     def unknown(name: str) -> bool:
         return name not in tools and not name.startswith("mcp__")
@@ -64,16 +68,16 @@ def say_unknown_tools(ws, lesson_tools) -> None:
     def say(what: str, name: str) -> None:
         hint = CLAUDE_NAMES.get(name)
         instead = f": write {hint} for Claude Code's {name}" if hint else ""
-        ws.events.notice(
+        notice(
             f"{what} names no tool of this agent, so it never matches{instead} (the tools: "
             f"{', '.join(sorted(tools))})"
         )
 
-    for rules in ws.rules.by_kind.values():
-        for rule in rules:
+    for kind_rules in rules.by_kind.values():
+        for rule in kind_rules:
             if unknown(rule.tool) and "*" not in rule.tool:
                 say(f"the rule {rule.text} ({rule.source})", rule.tool)
-    for hook in ws.hooks.hooks:
+    for hook in hook_list:
         names = hook.matcher.pattern.split("|") if hook.matcher else []
         for name in names:
             if re.fullmatch(r"\w+", name) and unknown(name):
@@ -120,10 +124,10 @@ def rule_lists(settings: dict) -> dict[str, list]:
     return lists
 
 
-def load_project_file(ws) -> None:
+def load_project_file(ws, rules: permissions.Rules) -> None:
     """The project's .minimal-agent/settings.json, read through the fence as read_file reads
     (a link leading out of the workdir, a FIFO, a folder: skipped with one line); only its
-    deny and ask rules are kept, each broken one skipped with one line."""
+    deny and ask rules are added to rules, each broken one skipped with one line."""
     name = PROJECT_FILE.replace(os.sep, "/")
     try:
         path = ws.path(PROJECT_FILE)
@@ -149,6 +153,6 @@ def load_project_file(ws) -> None:
     for kind in ("deny", "ask"):
         for text in lists[kind]:
             try:
-                ws.rules.add(kind, text, "project settings")
+                rules.add(kind, text, "project settings")
             except ValueError as error:
                 ws.events.notice(f"skipped in the project's {name}: {error}")

@@ -521,8 +521,7 @@ def edit_cost(rounds: int) -> dict[int, dict]:
                 contextlib.redirect_stderr(io.StringIO()),  # the change line of each round
             ):
                 Path(work, "f.py").write_text(text)
-                ws = agent.Workspace(work)
-                daily_tools.add_to(ws, agent.TOOL_MAP)
+                ws = agent.Workspace(work, added_tools=daily_tools.tools(agent.TOOL_MAP))
                 recorder = changes.Recorder(ws.folder, Path(store) / "s.changes")
                 recorder.turn_begins("edit")
                 recorder.step_begins(["edit_file"])

@@ -255,9 +255,10 @@ WORKSPACE: list = []  # the workspace of the tool tests: use_workspace() sets it
 
 
 def use_workspace(folder, timeout: float = agent.SHELL_TIMEOUT, yes: bool = False,
-                  sandbox: bool = False) -> agent.Workspace:  # fmt: skip
-    """A session's workspace for the tests that call tools directly, through execute()."""
-    WORKSPACE[:] = [agent.Workspace(folder, timeout, yes, sandbox)]
+                  sandbox: bool = False, **given) -> agent.Workspace:  # fmt: skip
+    """A session's workspace for the tests that call tools directly, through execute(); given:
+    the rest of Workspace's arguments (added_tools, private, ...)."""
+    WORKSPACE[:] = [agent.Workspace(folder, timeout, yes, sandbox, **given)]
     return WORKSPACE[0]
 
 

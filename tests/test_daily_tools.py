@@ -40,8 +40,7 @@ LESSON_TOOLS = [tool["function"]["name"] for tool in agent.TOOLS]
 
 @pytest.fixture
 def tools(workdir):
-    ws = use_workspace(workdir, timeout=5, yes=True)
-    daily_tools.add_to(ws, agent.TOOL_MAP)
+    use_workspace(workdir, timeout=5, yes=True, added_tools=daily_tools.tools(agent.TOOL_MAP))
     return workdir
 
 
@@ -175,9 +174,7 @@ def test_a_file_changed_after_the_models_read_is_not_edited_from_the_old_text(to
 
 def test_a_file_changed_while_the_user_is_asked_is_not_overwritten(tools, monkeypatch):
     (tools / "a.txt").write_text("alpha\n")
-    ws = agent.Workspace(tools)
-    daily_tools.add_to(ws, agent.TOOL_MAP)
-    ws.confirm_writes = True
+    ws = agent.Workspace(tools, confirm_writes=True, added_tools=daily_tools.tools(agent.TOOL_MAP))
 
     def approve_after_a_change(*args) -> bool:
         (tools / "a.txt").write_text("alpha, as the user saved it\n")
@@ -221,9 +218,8 @@ def test_the_users_own_folders_are_out_of_reach_of_every_daily_tool(tools):
     own = tools / "config"
     own.mkdir()
     (own / "config.env").write_text("LLM_API_KEY=sk-secret\n")
-    execute_ws = use_workspace(tools)
-    daily_tools.add_to(execute_ws, agent.TOOL_MAP)
-    execute_ws.private = [str(own.resolve())]
+    daily = daily_tools.tools(agent.TOOL_MAP)
+    use_workspace(tools, added_tools=daily, private=[str(own.resolve())])
     assert "among the user's own files" in edit("config/config.env", "sk-secret", "x")
     assert "among the user's own files" in call("read_file", path="config/config.env", offset=1)
     assert "among the user's own files" in call("search", pattern="sk-", path="config")

@@ -13,6 +13,7 @@ from minimal_agent.errors import AgentError
 from minimal_agent.events import Events
 from minimal_agent.scripted import ScriptedClient, ScriptedUser
 from minimal_agent.session import Session
+from minimal_agent.settings import Settings
 
 
 class Seen:
@@ -138,8 +139,7 @@ def test_an_event_of_no_known_kind_or_with_other_fields_is_a_bug():
 
 
 def test_the_terminal_shows_the_totals_of_a_turn_and_of_a_session(capsys):
-    usage = {"prompt_tokens": 10, "cache_hit_tokens": 2, "completion_tokens": 3}
-    totals = {"steps": 2, "tool_calls": 1, "usage": usage, "cost": 0.5, "unknown": 1}
+    totals = cost.Totals(steps=2, tool_calls=1, usage=cost.Tokens(10, 2, 3), cost=0.5, unknown=1)
     terminal = display.Terminal()
     terminal("usage", {"scope": "turn", "totals": totals, "turns": 1, "cancelled": 0,
                        "failed": 0, "currency": "USD", "replayed": False})  # fmt: skip
@@ -173,14 +173,15 @@ def test_each_reply_is_priced_and_the_turn_totals_add_up(workdir):
         completion(reply("done"), usage=usage, number=2),
     )
     seen = Seen()
-    session = session_for(workdir, seen=seen, prices=cost.prices_for("deepseek-flash", {}))
+    prices = cost.prices_for("deepseek-flash", {})
+    session = session_for(workdir, seen=seen, settings=Settings(prices=prices))
     agent.run("go", client, model="deepseek-flash", session=session)
     costs = [fields["cost"] for fields in seen.of("reply")]
     assert len(costs) == 2 and costs[0] > 0 and costs[0] == costs[1]
     (totals,) = seen.of("usage")
     assert totals["scope"] == "turn" and totals["currency"] == "USD"
-    assert totals["totals"]["cost"] == pytest.approx(sum(costs))
-    assert totals["totals"]["usage"]["prompt_tokens"] == 2000
+    assert totals["totals"].cost == pytest.approx(sum(costs))
+    assert totals["totals"].usage.prompt_tokens == 2000
 
 
 def test_a_turns_file_changes_are_told_and_undo_takes_them_back(workdir, tmp_path):
@@ -190,7 +191,8 @@ def test_a_turns_file_changes_are_told_and_undo_takes_them_back(workdir, tmp_pat
     ])  # fmt: skip
     folder = tmp_path / "sessions"
     folder.mkdir()
-    session = session_for(workdir, user, seen, save=folder / "t.jsonl", sessions_folder=folder)
+    settings = Settings(sessions_folder=folder)
+    session = session_for(workdir, user, seen, settings=settings, save=folder / "t.jsonl")
     try:
         agent.chat("make a.txt", client, model="m", session=session)
     finally:

@@ -89,8 +89,7 @@ def test_a_sandboxed_command_sees_neither_the_key_nor_the_transcripts(home):
 def test_a_private_file_is_refused_as_a_folder_is(workdir):
     (workdir / "run.jsonl").write_text("a transcript kept in the workdir\n")
     (workdir / "run.jsonl.notes").write_text("not the transcript\n")
-    workspace = use_workspace(workdir, timeout=10, yes=True)
-    workspace.private = [str(workdir / "run.jsonl")]
+    use_workspace(workdir, timeout=10, yes=True, private=[str(workdir / "run.jsonl")])
     for call in (
         ("read_file", {"path": "run.jsonl"}),
         ("write_file", {"path": "run.jsonl", "content": "x"}),
@@ -102,8 +101,7 @@ def test_a_private_file_is_refused_as_a_folder_is(workdir):
 @pytest.mark.linux("bubblewrap")
 def test_a_sandboxed_command_sees_a_private_file_empty_and_cannot_change_it(workdir):
     (workdir / "run.jsonl").write_text("a transcript kept in the workdir\n")
-    workspace = use_workspace(workdir, timeout=10, yes=True, sandbox=True)
-    workspace.private = [str(workdir / "run.jsonl")]
+    use_workspace(workdir, timeout=10, yes=True, sandbox=True, private=[str(workdir / "run.jsonl")])
     command = "cat run.jsonl; echo forged > run.jsonl; rm -f run.jsonl; echo end"
     result = execute(tool_call("run_shell", {"command": command}))
     assert "a transcript" not in result and result.endswith("end\n"), result

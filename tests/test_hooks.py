@@ -13,19 +13,21 @@ import pytest
 from conftest import ROOT, alive
 from fake_model import FakeClient, reply, tool_call
 from test_json import EVENTS, valid
+from test_permissions import loaded
 
 import agent
-from minimal_agent import hooks, settings_json
+from minimal_agent import display, hooks, settings_json
 from minimal_agent.errors import AgentError
 
 KEY = "sk-test-hooks-0123456789abcdef"
 
 
-def with_hooks(folder, settings: dict) -> tuple[agent.Workspace, list]:
-    """A workspace with the hooks of a settings.json's "hooks", and the events they emit."""
-    ws = agent.Workspace(folder)
-    ws.key = KEY
-    hooks.add_from(ws.hooks, settings, ws.events.notice)
+def with_hooks(folder, settings: dict, *session, **given) -> tuple[agent.Workspace, list]:
+    """A workspace with the hooks of a settings.json's "hooks" (and session: the session_id
+    and transcript_path they are told), and the events they emit."""
+    events = display.terminal_events()
+    found = hooks.Hooks(hooks.read(settings, events.notice), *session)
+    ws = agent.Workspace(folder, key=KEY, hooks=found, events=events, **given)
     seen: list = []
     ws.events.subscribe(lambda kind, fields: seen.append(fields) if kind == "hook" else None)
     return ws, seen
@@ -64,9 +66,8 @@ def test_a_hook_gets_the_call_as_json_in_the_workdir_with_the_commands_environme
     monkeypatch.setenv("GITHUB_TOKEN", "ghp-secret")
     monkeypatch.setenv("HOOK_SEES", "yes")
     out = tmp_path / "hook"
-    ws, _ = with_hooks(workdir, hook("PreToolUse", f"cat > {out}.json; env > {out}.env; pwd > "
-                                     f"{out}.cwd"))  # fmt: skip
-    ws.hooks.session_id, ws.hooks.transcript_path = "k7m2qa", "/some/where/k7m2qa.jsonl"
+    command = f"cat > {out}.json; env > {out}.env; pwd > {out}.cwd"
+    ws, _ = with_hooks(workdir, hook("PreToolUse", command), "k7m2qa", "/some/where/k7m2qa.jsonl")
     assert write(ws).startswith("Wrote")
     assert json.loads(Path(f"{out}.json").read_text()) == {
         "session_id": "k7m2qa",
@@ -145,10 +146,10 @@ def test_a_hook_that_prints_a_lot_and_reads_nothing_never_blocks(workdir):
 
 def test_a_matcher_picks_the_tools_a_hook_runs_for(workdir, tmp_path):
     ran = tmp_path / "ran"
-    ws, _ = with_hooks(workdir, hook("PreToolUse", f"echo x >> {ran}", "run_shell"))
+    ws, _ = with_hooks(workdir, hook("PreToolUse", f"echo x >> {ran}", "run_shell"),
+                       approve_all=True)  # fmt: skip
     write(ws)
     assert not ran.exists()
-    ws.approve_all = True
     agent.execute_tool_call(tool_call("run_shell", {"command": "true"}, "c2"), ws)
     assert ran.read_text() == "x\n"
 
@@ -193,8 +194,7 @@ def test_a_projects_hooks_never_run_and_are_ignored_with_one_line(workdir, tmp_p
     (workdir / ".minimal-agent" / "settings.json").write_text(
         json.dumps({"hooks": hook("PreToolUse", f"touch {ran}"), "permissions": {}})
     )
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, str(tmp_path / "none.json"), [], [])
+    ws = loaded(workdir, tmp_path / "none.json")
     assert capsys.readouterr().err.splitlines() == [
         'ignored in the project\'s .minimal-agent/settings.json: "hooks" (a repository can only '
         "take power away: its deny and ask rules apply; allow rules and hooks belong in your own "
@@ -246,8 +246,7 @@ def test_the_docs_example_hook_keeps_lock_files_from_the_model(workdir, tmp_path
     folder.mkdir(parents=True)
     (folder / "no_lock_files.py").write_text(script)
     (folder / "settings.json").write_text(settings)
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, str(folder / "settings.json"), [], [])
+    ws = loaded(workdir, folder / "settings.json")
     blocked = write(ws, "poetry.lock")
     assert blocked.startswith("Error: PermissionError: a PreToolUse hook of the user blocked this")
     assert "poetry.lock is made by the package manager" in blocked

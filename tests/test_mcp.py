@@ -7,6 +7,7 @@ say on the terminal, asks again once changed, and runs inside the sandbox under 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -70,11 +71,14 @@ def user_servers(config: Path, servers: dict) -> None:
 def start(workdir: Path, folders, timeout: float = 60, sandbox: bool = False, yes: bool = False):
     """The workspace and the started servers, as a session starts them; the events said."""
     config, sessions = folders
-    ws = agent.Workspace(workdir, timeout, yes, sandbox, private=[str(config), str(sessions)])
+    workspace_of = functools.partial(agent.Workspace, workdir, timeout, yes, sandbox,
+                                     private=[str(config), str(sessions)])  # fmt: skip
+    ws = workspace_of()
     said = []
     ws.events.subscribe(lambda kind, fields: said.append(fields) if kind == "mcp_server" else None)
     servers = mcp_servers.start(ws, str(config), str(sessions), agent.TOOL_MAP)
-    return ws, servers, said
+    tools = servers.tools if servers else {}  # the session's workspace: with them
+    return workspace_of(events=ws.events, user=ws.user, added_tools=tools), servers, said
 
 
 def call(ws, name: str, **arguments) -> str:
@@ -206,8 +210,8 @@ def test_a_call_asks_like_run_shell_and_yes_skips_the_question(workdir, folders,
         assert err.count('mcp__raw__touch {"path": "a.txt"}') == 2 and "Run it?" in err
         monkeypatch.setattr("sys.stdin", open(os.devnull))
         assert "nobody can give it" in call(ws, "mcp__raw__touch", path="b.txt")
-        ws.approve_all = True  # --yes
-        assert call(ws, "mcp__raw__touch", path="b.txt") == "touched"
+        with_yes = agent.Workspace(workdir, approve_all=True, added_tools=ws.added_tools)
+        assert call(with_yes, "mcp__raw__touch", path="b.txt") == "touched"
     finally:
         servers.close()
 

@@ -21,7 +21,7 @@ from stub_server import StubServer
 from test_json import EVENTS, valid
 
 import agent
-from minimal_agent import cli, permissions, settings_json
+from minimal_agent import cli, hooks, permissions, settings_json
 from minimal_agent.errors import AgentError, UsageError
 
 NOT_ASKED = "Error: PermissionError: the command was not run: it needs the user's approval"
@@ -33,12 +33,20 @@ def no_terminal(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))
 
 
-def workspace(folder, *, yes=False, allow=(), ask=(), deny=()) -> agent.Workspace:
-    ws = agent.Workspace(folder, approve_all=yes)
+def workspace(folder, *, yes=False, allow=(), ask=(), deny=(), **given) -> agent.Workspace:
+    rules = permissions.Rules()
     for kind, texts in (("allow", allow), ("ask", ask), ("deny", deny)):
         for text in texts:
-            ws.rules.add(kind, text, "user settings")
-    return ws
+            rules.add(kind, text, "user settings")
+    return agent.Workspace(folder, approve_all=yes, rules=rules, **given)
+
+
+def loaded(folder, user_file, allow=(), deny=(), tools=()) -> agent.Workspace:
+    """The workspace of the rules and hooks settings_json.load reads for folder, made as a
+    session makes it: the project's file read through a plain workspace first."""
+    rules, hook_list = settings_json.load(agent.Workspace(folder), str(user_file), list(allow),
+                                          list(deny), tools)  # fmt: skip
+    return agent.Workspace(folder, rules=rules, hooks=hooks.Hooks(hook_list))
 
 
 def call(ws, name: str, **args) -> str:
@@ -244,8 +252,8 @@ def test_a_daily_tool_is_held_to_the_deny_rules_too(workdir):
     from minimal_agent import daily_tools
 
     (workdir / "a.py").write_text("old\n")
-    ws = workspace(workdir, deny=["edit_file(*.py)"])
-    daily_tools.add_to(ws, agent.TOOL_MAP)
+    ws = workspace(workdir, deny=["edit_file(*.py)"],
+                   added_tools=daily_tools.tools(agent.TOOL_MAP))  # fmt: skip
     result = call(ws, "edit_file", path="a.py", old_string="old", new_string="new")
     assert "denied by the rule edit_file(*.py)" in result
     assert (workdir / "a.py").read_text() == "old\n"
@@ -272,8 +280,7 @@ def project_file(workdir: Path, settings: dict) -> None:
 
 def test_a_projects_allow_rule_is_ignored_with_one_line(workdir, tmp_path, capsys):
     project_file(workdir, {"permissions": {"allow": ["run_shell", "run_shell(touch:*)"]}})
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, str(tmp_path / "none.json"), [], [])
+    ws = loaded(workdir, tmp_path / "none.json")
     said = capsys.readouterr().err.splitlines()
     assert said == [
         "ignored in the project's .minimal-agent/settings.json: its allow rules (a repository "
@@ -290,8 +297,7 @@ def test_a_projects_deny_and_ask_rules_apply_over_the_users_allow(workdir, tmp_p
     project_file(workdir, {"permissions": {"deny": ["run_shell(rm:*)"],
                                            "ask": ["run_shell(touch:*)"]}})  # fmt: skip
     (workdir / "keep").write_text("")
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, str(user), [], [])
+    ws = loaded(workdir, user)
     assert "(project settings)" in shell(ws, "rm keep")
     assert shell(ws, "touch pwned").startswith("Error: PermissionError: the command was not run")
     assert shell(ws, "echo fine").startswith("exit code 0")
@@ -312,8 +318,7 @@ def test_a_project_file_that_is_no_file_of_the_workdir_is_skipped_in_one_line(
         project.mkdir()
     else:
         project.symlink_to(outside)
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, str(tmp_path / "none.json"), [], [])
+    ws = loaded(workdir, tmp_path / "none.json")
     said = capsys.readouterr().err.splitlines()
     assert len(said) == 1 and said[0].startswith("skipped the project's .minimal-agent/settings")
     assert not ws.rules
@@ -330,8 +335,7 @@ def test_a_broken_user_settings_file_is_one_error_naming_it(workdir, tmp_path, t
 
 
 def test_allow_and_deny_options_add_rules_for_the_run_and_a_bad_one_is_a_usage_error(workdir):
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, "/nonexistent/settings.json", ["run_shell(echo:*)"], ["read_file"])
+    ws = loaded(workdir, "/nonexistent/settings.json", ["run_shell(echo:*)"], ["read_file"])
     assert shell(ws, "echo hi").startswith("exit code 0")
     assert "denied by the rule read_file (--deny)" in call(ws, "read_file", path="x")
     with pytest.raises(UsageError, match="--allow: the rule 'run_shell[(]' "):
@@ -339,9 +343,8 @@ def test_allow_and_deny_options_add_rules_for_the_run_and_a_bad_one_is_a_usage_e
 
 
 def test_a_rule_naming_no_tool_of_the_agent_says_so_in_one_line(workdir, capsys):
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, "/nonexistent", ["Bash(npm test)", "mcp__git", "run_shell"], [],
-                       agent.TOOL_MAP)  # fmt: skip
+    loaded(workdir, "/nonexistent", ["Bash(npm test)", "mcp__git", "run_shell"], [],
+           agent.TOOL_MAP)  # fmt: skip
     assert capsys.readouterr().err.splitlines() == [
         "the rule Bash(npm test) (--allow) names no tool of this agent, so it never matches: "
         f"write run_shell for Claude Code's Bash (the tools: {', '.join(sorted(agent.TOOL_MAP))})"
@@ -352,9 +355,8 @@ def test_no_tool_can_write_the_users_settings_file(app):
     """The lesson's settings.json is beside agent.py: a workdir that holds it (--workdir .)
     cannot change it; the installed command's is in its private config folder."""
     (app / "settings.json").write_text("{}")
-    ws = agent.Workspace(app)
     lesson = SimpleNamespace(config_file=str(app / "config.env"), sessions_folder=str(app / "s"))
-    ws.private = cli.private_paths(lesson, False)
+    ws = agent.Workspace(app, private=cli.private_paths(lesson, False))
     result = call(ws, "write_file", path="settings.json", content='{"permissions": {"allow": '
                   '["run_shell"]}}')  # fmt: skip
     assert result.startswith("Error: PermissionError")
@@ -427,8 +429,7 @@ def test_the_docs_example_settings_do_what_the_page_says(workdir, tmp_path):
     user = tmp_path / "settings.json"
     user.write_text(json.dumps(docs_example("permissions.md")))
     (workdir / ".env").write_text("SECRET=1")
-    ws = agent.Workspace(workdir)
-    settings_json.load(ws, str(user), [], [])
+    ws = loaded(workdir, user)
     assert shell(ws, "git status; git diff --stat").startswith("exit code")  # both unasked
     assert "denied by the rule read_file(.env)" in call(ws, "read_file", path=".env")
     assert "denied by the rule run_shell(git push:*)" in shell(ws, "git push origin main")

@@ -426,8 +426,8 @@ import sys
 sys.path.insert(0, sys.argv[1])
 import agent
 from minimal_agent import processes
-workspace = agent.Workspace(sys.argv[2], 20, True, True)
-workspace.sandbox_limits = processes.sandbox_limits("processes=40")
+limits = processes.sandbox_limits("processes=40")
+workspace = agent.Workspace(sys.argv[2], 20, True, True, sandbox_limits=limits)
 print(processes.run_command("python3 forks.py", workspace)[1])
 """
 
@@ -466,8 +466,8 @@ def sandbox_limits(folder, setting: str) -> None:
     """The workspace of the tool tests with LLM_SANDBOX_LIMITS=setting."""
     from minimal_agent import processes
 
-    workspace = use_workspace(folder, timeout=10, yes=True, sandbox=True)
-    workspace.sandbox_limits = processes.sandbox_limits(setting)
+    limits = processes.sandbox_limits(setting)
+    use_workspace(folder, timeout=10, yes=True, sandbox=True, sandbox_limits=limits)
 
 
 def test_where_bwrap_would_leave_capabilities_the_agent_refuses(workdir, tmp_path):
