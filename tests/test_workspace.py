@@ -159,7 +159,7 @@ def test_no_module_changes_a_workspace_after_it_is_made():
         r"\.(?:append|extend|insert)\("
     )
     found = []
-    for path in [ROOT / "agent.py", *sorted((ROOT / "minimal_agent").glob("*.py"))]:
+    for path in [ROOT / "agent.py", *sorted((ROOT / "minimal_agent").rglob("*.py"))]:
         for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if assigned.search(line):
                 found.append(f"{path.name}:{number}: {line.strip()}")
