@@ -24,21 +24,21 @@ if sys.version_info < (3, 11):  # noqa: UP036 (first, so an old Python gets one 
     )
 
 import model_client  # noqa: E402 (after the version check on purpose)
-from minimal_agent import (  # noqa: E402
-    cli,
+from minimal_agent import cli  # noqa: E402
+from minimal_agent.common import files  # noqa: E402
+from minimal_agent.common.errors import AgentError  # noqa: E402
+from minimal_agent.core import replies  # noqa: E402
+from minimal_agent.core.session import Session  # noqa: E402
+from minimal_agent.tools import (  # noqa: E402
     diffs,
-    display,
-    files,
     hooks,
     permissions,
     processes,
-    replies,
     tool_results,
     tool_schema,
 )
-from minimal_agent.errors import AgentError  # noqa: E402
-from minimal_agent.hooks import Hooks  # noqa: E402
-from minimal_agent.session import Session  # noqa: E402
+from minimal_agent.tools.hooks import Hooks  # noqa: E402
+from minimal_agent.views import display  # noqa: E402
 
 # --- Settings ---------------------------------------------------------------------------
 
@@ -97,8 +97,8 @@ class Workspace:
         # is the one thing that changes during a session, so it is kept there, not here.
         self.user = user or display.TerminalUser()
         self.events = events or display.terminal_events()  # what happens, for its readers
-        # Tools the session adds beside TOOLS and TOOL_MAP (minimal_agent/added_tools.py), the
-        # user's permission rules and hooks (settings.json, --allow, --deny): none by default
+        # Tools the session adds beside TOOLS and TOOL_MAP (minimal_agent/tools/added_tools.py),
+        # the user's permission rules and hooks (settings.json, --allow, --deny): none by default
         self.added_tools = dict(added_tools or {})
         self.rules = rules or permissions.Rules()
         self.hooks = hooks or Hooks()
@@ -325,7 +325,7 @@ def chat(
 def check_tools() -> None:
     """Stop before the first request when TOOLS and TOOL_MAP disagree: a schema without a
     function, or a function without a schema (one line naming the tool and what is missing);
-    or a schema, or a function, that cannot work (minimal_agent/tool_schema.py says why)."""
+    or a schema, or a function, that cannot work (minimal_agent/tools/tool_schema.py says why)."""
     schemas = {}
     for number, tool in enumerate(TOOLS, 1):
         problem = tool_schema.schema_mistake(tool)

@@ -14,8 +14,8 @@ import sys
 import unicodedata
 from urllib.parse import urlsplit
 
-from minimal_agent.errors import AgentError
-from minimal_agent.settings_guard import refuse_settings_changed_by_a_run
+from minimal_agent.common.errors import AgentError
+from minimal_agent.common.settings_guard import refuse_settings_changed_by_a_run
 
 LESSON_CONFIG = os.path.join(os.path.dirname(os.path.realpath(__file__)), "config.env")
 CONFIG_FILE = LESSON_CONFIG  # the file read unless another is named (the installed command's)

@@ -15,36 +15,21 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from minimal_agent import (
-    added_tools,
-    changes,
-    completions,
-    cost,
-    daily_tools,
-    display,
-    events,
-    files,
-    hooks,
-    json_output,
-    mcp_servers,
-    models,
-    processes,
-    sessions,
-    settings_guard,
-    settings_json,
-    wire_page,
-    wire_text,
-)
-from minimal_agent.api_errors import describe_api_error
-from minimal_agent.context_window import Window, split_transcript
-from minimal_agent.errors import AgentError, UsageError, without_key
-from minimal_agent.prompt import Prompt
-from minimal_agent.replay import ReplayClient
-from minimal_agent.session import Session, own_records
-from minimal_agent.settings import Settings, no_price, parsed, sessions_folder
-from minimal_agent.text import visible
-from minimal_agent.transcripts import check_conversation, show_transcript, transcript_lines
-from minimal_agent.window_probe import find_window, is_deepseek
+from minimal_agent.common import files, settings_guard
+from minimal_agent.common.errors import AgentError, UsageError, without_key
+from minimal_agent.common.text import visible
+from minimal_agent.core import completions, cost, events, models, settings_json
+from minimal_agent.core.api_errors import describe_api_error
+from minimal_agent.core.context_window import Window, split_transcript
+from minimal_agent.core.replay import ReplayClient
+from minimal_agent.core.session import Session, own_records
+from minimal_agent.core.settings import Settings, no_price, parsed, sessions_folder
+from minimal_agent.core.window_probe import find_window, is_deepseek
+from minimal_agent.stores import changes, conversations
+from minimal_agent.stores.transcripts import check_conversation, show_transcript, transcript_lines
+from minimal_agent.tools import added_tools, daily_tools, hooks, mcp_servers, processes
+from minimal_agent.views import display, json_output, wire_page, wire_text
+from minimal_agent.views.prompt import Prompt
 
 VERSION = "0.2.0"  # pyproject.toml's version
 PYTHON = "python" if sys.platform == "win32" else "python3"  # the interpreter's name on PATH
@@ -70,7 +55,7 @@ def main(lesson, argv: list[str] | None = None, *, installed: bool = False) -> i
     args = parser.parse_args(recovered(sys.argv[1:] if argv is None else argv))
     processes.exit_on_termination()  # after --help, which loads no signal handling
     # The installed command reads the user's own settings file; the lesson, the one beside it.
-    config_file = str(sessions.config_file() if installed else lesson.model_client.CONFIG_FILE)
+    config_file = str(conversations.config_file() if installed else lesson.model_client.CONFIG_FILE)
     # What happens, told to the terminal and to the readers --json and --json-events ask for
     # (on stdout).
     stream, outcome = json_output.for_options(args.json, args.json_events, sys.stdout)
@@ -213,7 +198,7 @@ def show_conversation(id_or_file: str, wire_too: bool, load_config, stream: even
     with one line if it cannot be."""
     try:
         folder = sessions_folder(load_config())
-        path = sessions.resolve(id_or_file, folder, "--show")
+        path = conversations.resolve(id_or_file, folder, "--show")
         if wire_too:
             show = wire_text.show_wire
             return display.until_the_reader_stops(show, path, folder, display.print_line)
@@ -232,7 +217,7 @@ def write_page(
     page (found as --show finds it); exit 1 with one line if it cannot be."""
     try:
         folder = sessions_folder(load_config())
-        path = sessions.resolve(id_or_file, folder, "--html")
+        path = conversations.resolve(id_or_file, folder, "--html")
         page = wire_page.write_page(path, out, folder)
     except AgentError as error:
         stream.notice(f"error: {error}")
@@ -413,7 +398,7 @@ def error_exit_code(error: AgentError) -> int:
 
 def build_parser(lesson, installed: bool = False) -> argparse.ArgumentParser:
     """The options, their defaults taken from the lesson's settings (see main())."""
-    config_file = sessions.config_file() if installed else "config.env beside agent.py"
+    config_file = conversations.config_file() if installed else "config.env beside agent.py"
     tools = "read_file, write_file and run_shell"
     if installed:
         tools = "read_file, write_file, run_shell, edit_file, search and list_files (the "
@@ -698,18 +683,18 @@ def resumed_workdir(args: argparse.Namespace, config: dict, workdir: str) -> Pla
         return Place(workdir)
     folder = sessions_folder(config)
     if args.resume:
-        transcript = sessions.resolve(args.resume, folder)
+        transcript = conversations.resolve(args.resume, folder)
     else:
-        transcript = sessions.latest_for(workdir, folder)
+        transcript = conversations.latest_for(workdir, folder)
         if transcript is None:
             raise AgentError(
                 f"there is no saved conversation of the workdir {workdir} (in {folder}) to "
                 "continue: start one with a task; --sessions lists the saved ones"
             )
-    recorded = sessions.recorded_workdirs(transcript)
+    recorded = conversations.recorded_workdirs(transcript)
     if not recorded:  # an older transcript: the workdir as given
         return Place(workdir, transcript)
-    if args.workdir is None and sessions.saved_in(transcript, folder):
+    if args.workdir is None and conversations.saved_in(transcript, folder):
         return Place(recorded[-1], transcript, own=True)  # -c and -r go on in their own
     if os.path.normcase(os.path.realpath(workdir)) == os.path.normcase(recorded[-1]):
         return Place(workdir, transcript)
@@ -758,7 +743,7 @@ def check_paths(workdir: str, given: bool, save: str | None) -> None:
         raise AgentError(
             f"--save {save}: the folder {folder} does not exist; create it or save elsewhere"
         )
-    sessions.check_new_save(save)
+    conversations.check_new_save(save)
 
 
 def open_session(
@@ -770,7 +755,7 @@ def open_session(
     agent is the lesson's module (see main()); private, the user's own paths out of the tools'
     reach; stream, where the session's events go."""
     folder = settings.sessions_folder
-    typed = None if args.no_save else sessions.history_file(folder)
+    typed = None if args.no_save else conversations.history_file(folder)
     # The workspace is made whole once, from what is gathered first: the rules and hooks
     # (the project's settings read through a fence of the same folder and private paths), the
     # transcript (whose records join the private paths), and the added tools (the daily
@@ -797,10 +782,10 @@ def open_session(
     if args.continue_last or args.resume:
         save, history, compaction = resumed(place.transcript, stream)
     elif not (args.no_save or args.replay or save):
-        save = sessions.new_transcript(folder)
+        save = conversations.new_transcript(folder)
     if save:
         private = [*private, *own_records(os.path.realpath(place.workdir), folder, save)]
-        name = os.path.basename(save).removesuffix(sessions.SUFFIX)
+        name = os.path.basename(save).removesuffix(conversations.SUFFIX)
         hook_set = hooks.Hooks(hook_list, name, os.path.abspath(save))
     else:
         hook_set = hooks.Hooks(hook_list)
@@ -880,7 +865,7 @@ def context_window(settings: Settings, server: bool, tools: list[dict]) -> Windo
 def resumed(path: Path, stream: events.Events) -> tuple:
     """-c or -r: the transcript's path (found by resumed_workdir), its messages (checked
     before anything is sent or added), and its last compaction record (or None)."""
-    sessions.check_not_in_use(path)  # first: a live agent's last line may be half written
+    conversations.check_not_in_use(path)  # first: a live agent's last line may be half written
     try:
         lines = transcript_lines(path)
     except UnicodeDecodeError as error:
@@ -920,18 +905,18 @@ def take_back(
     Exit 1 if nothing was done (the line says why)."""
     folder = sessions_folder(config)
     if resume:
-        path = sessions.resolve(resume, folder)
+        path = conversations.resolve(resume, folder)
     else:
         path = latest_to_take_back(workdir, folder, action, stream)
-    store = sessions.changes_folder(path, folder)
-    name = path.name.removesuffix(sessions.SUFFIX)
+    store = conversations.changes_folder(path, folder)
+    name = path.name.removesuffix(conversations.SUFFIX)
     if not store.is_dir():
         raise AgentError(
             f"the conversation {name} changed no file, so nothing to {action}; -r ID names "
             "another (--sessions lists them)"
         )
-    with sessions.open_for_append(path):  # locked: no agent goes on with it meanwhile
-        workdirs = sessions.recorded_workdirs(path)
+    with conversations.open_for_append(path):  # locked: no agent goes on with it meanwhile
+        workdirs = conversations.recorded_workdirs(path)
         how = f"--{action} --force"
         done = changes.take_back(store, action, force, how, workdirs, name, stream)
     return 0 if done else 1
@@ -941,16 +926,18 @@ def latest_to_take_back(workdir: str, folder, action: str, stream: events.Events
     """--undo or --redo without -r: the workdir's latest conversation that has a turn to
     undo (or redo), named when a later one has none (it only read files, say); else its
     latest conversation, whose store then says why there is nothing to do."""
-    found = list(sessions.conversations_of(workdir, folder))
+    found = list(conversations.conversations_of(workdir, folder))
     if not found:
         raise AgentError(
             f"there is no saved conversation of the workdir {workdir} (in {folder}), so "
             f"nothing to {action}; -r ID names another (--sessions lists them)"
         )
     for path in found:
-        if changes.has_turn_to(sessions.changes_folder(path, folder), action):
+        if changes.has_turn_to(conversations.changes_folder(path, folder), action):
             if path != found[0]:
-                latest, chosen = (p.name.removesuffix(sessions.SUFFIX) for p in (found[0], path))
+                latest, chosen = (
+                    p.name.removesuffix(conversations.SUFFIX) for p in (found[0], path)
+                )
                 stream.notice(
                     f"the latest conversation here, {latest}, has no turn to {action}: "
                     f"{action}ing in {chosen}, the latest that has one (-r ID picks another)"
@@ -961,7 +948,7 @@ def latest_to_take_back(workdir: str, folder, action: str, stream: events.Events
 
 def list_sessions(config: dict) -> int:
     """--sessions: the recent saved conversations, on stdout."""
-    report = sessions.sessions_report(sessions_folder(config))
+    report = conversations.sessions_report(sessions_folder(config))
     return display.until_the_reader_stops(print_lines, report)
 
 

@@ -253,7 +253,7 @@ def cost_bookkeeping(rounds: int, steps: int = 40) -> tuple[tuple, tuple, float]
     sys.path.insert(0, str(ROOT))
     from fake_model import completion
 
-    from minimal_agent import cost
+    from minimal_agent.core import cost
 
     sides = {"deepseek-flash": [], "unpriced-model": []}
     with tempfile.TemporaryDirectory() as work:
@@ -470,7 +470,7 @@ def live_output(rounds: int, steps: int = 40) -> dict:
 def write_review(rounds: int) -> dict[str, float]:
     """(m): the median seconds of diffs.change for each shape of a 100,000-line write."""
     sys.path.insert(0, str(ROOT))
-    from minimal_agent import diffs
+    from minimal_agent.tools import diffs
 
     old = "x\n" * 100_000
     shapes = {
@@ -502,7 +502,8 @@ def edit_cost(rounds: int) -> dict[int, dict]:
 
     sys.path.insert(0, str(ROOT))
     import agent
-    from minimal_agent import changes, daily_tools
+    from minimal_agent.stores import changes
+    from minimal_agent.tools import daily_tools
 
     figures = {}
     for lines in (100, 2_000, 20_000):

@@ -142,7 +142,7 @@ def run_in_process(
     spends half a second importing openai, and the suite starts hundreds. Everything the
     agent changes for its run is put back: the environment, the folder, the streams and the
     signal handlers. A hung run is ended by the suite's own time-out."""
-    from minimal_agent import processes
+    from minimal_agent.tools import processes
 
     saved_env, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr

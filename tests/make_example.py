@@ -26,8 +26,8 @@ from stub_server import EDIT_DEMO_TASK, StubServer, demo_script, edit_demo_scrip
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from minimal_agent import sessions  # noqa: E402
 from minimal_agent.cli import DEMO_TASK  # noqa: E402
+from minimal_agent.stores import conversations  # noqa: E402
 
 EXAMPLES = {  # name: (the scripted model, the task, settings)
     "tool_demo": (demo_script, DEMO_TASK, {}),
@@ -58,7 +58,7 @@ def main(names: list[str]) -> int:
                 timeout=60,
             )
             if proc.returncode == 0:
-                shutil.copy(sessions.wire_file(target, saved), target.with_suffix(".wire"))
+                shutil.copy(conversations.wire_file(target, saved), target.with_suffix(".wire"))
                 lines = target.read_text(encoding="utf-8").splitlines(keepends=True)
                 kept = [line for line in lines if "event" not in json.loads(line)]
                 target.write_text("".join(kept), encoding="utf-8")

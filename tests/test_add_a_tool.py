@@ -20,7 +20,7 @@ from lesson_edit import add_tool, lesson_tools_only, tool_map_names
 from stub_server import StubServer
 from test_readme import add_a_tool_pieces
 
-from minimal_agent import tool_schema
+from minimal_agent.tools import tool_schema
 
 
 def edit(app: Path, function: str = "", schema: str = "", entry: str = "") -> None:
@@ -376,7 +376,7 @@ def test_keys_that_json_schema_knows_and_the_learners_own_parameter_names_are_no
 
 def test_two_schemas_of_one_tool_are_refused(monkeypatch):
     import agent
-    from minimal_agent.errors import AgentError
+    from minimal_agent.common.errors import AgentError
 
     monkeypatch.setattr(agent, "TOOLS", [*agent.TOOLS, agent.TOOLS[0]])
     with pytest.raises(AgentError, match="the tool 'read_file' has two schemas in TOOLS"):

@@ -30,9 +30,9 @@ from fake_model import reply, tool_call
 from openai import OpenAI
 from stub_server import StubServer
 
-from minimal_agent import errors
-from minimal_agent.session import NO_REPLY
-from minimal_agent.transcripts import check_conversation, transcript_lines
+from minimal_agent.common import errors
+from minimal_agent.core.session import NO_REPLY
+from minimal_agent.stores.transcripts import check_conversation, transcript_lines
 
 
 def answer(text: str) -> dict:

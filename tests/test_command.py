@@ -17,7 +17,7 @@ from conftest import ROOT, clean_env, finish, on_a_terminal
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
-from minimal_agent import sessions
+from minimal_agent.stores import conversations
 
 # What the console script pyproject.toml declares does, started the same way.
 COMMAND = [sys.executable, "-c", "import sys, agent; sys.exit(agent.command())"]
@@ -35,7 +35,7 @@ def command_env(home: Path, **settings: str) -> dict[str, str]:
 
 def users_file(home: Path) -> Path:
     """Where the command looks for the user's config.env on this system (see command_env)."""
-    return sessions.config_file(command_env(home))
+    return conversations.config_file(command_env(home))
 
 
 def user_config(home: Path, **settings: str) -> Path:
@@ -160,7 +160,7 @@ def test_help_says_where_the_settings_are_read_from(home, project):
 )
 def test_the_users_config_file_is_the_platforms_usual_place(monkeypatch, platform, env, expected):
     monkeypatch.setattr(sys, "platform", platform)
-    assert sessions.config_file(env) == Path(expected)
+    assert conversations.config_file(env) == Path(expected)
 
 
 def venv_python(venv: Path) -> Path:

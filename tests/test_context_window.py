@@ -1,4 +1,4 @@
-"""minimal_agent/context_window.py: knowing the window, recognising a full one, compacting the
+"""minimal_agent/core/context_window.py: knowing the window, recognising a full one, compacting the
 conversation sent to the model (tool results, then a summary), and the state across requests.
 
 Pure functions are tested on message lists; window discovery, overflow errors, silent
@@ -21,8 +21,8 @@ from fake_model import reply, tool_call
 from stub_server import StubServer, check_messages
 
 import agent
-from minimal_agent import context_window as cw
-from minimal_agent import window_probe
+from minimal_agent.core import context_window as cw
+from minimal_agent.core import window_probe
 
 ROOT = Path(cw.__file__).resolve().parent.parent
 
@@ -205,7 +205,7 @@ def test_a_silent_server_gives_none_within_the_timeout():
 
 
 def test_openai_is_not_imported():
-    code = "import sys, minimal_agent.context_window; print('openai' in sys.modules)"
+    code = "import sys, minimal_agent.core.context_window; print('openai' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert done.stdout.strip() == "False", done.stderr
 

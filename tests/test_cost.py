@@ -1,5 +1,5 @@
-"""minimal_agent/cost.py: what a reply cost. Expected amounts are worked out by hand from DeepSeek's
-table (per 1M tokens, off-peak; peak is twice): flash USD 0.003 / 0.15 / 0.60, v4-pro USD
+"""minimal_agent/core/cost.py: what a reply cost. Expected amounts are worked out by hand from
+DeepSeek's table (per 1M tokens, off-peak; peak is twice): flash USD 0.003 / 0.15 / 0.60, v4-pro USD
 0.022 / 0.66 / 1.98, flash CNY 0.02 / 1 / 4 (cache hit / cache miss / output)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from openai.types import CompletionUsage
 
-from minimal_agent import cost, models
+from minimal_agent.core import cost, models
 
 M = 1_000_000
 
@@ -360,7 +360,7 @@ def test_the_table_names_its_source_and_date():
 def test_importing_the_module_stays_light():
     """agent.py --help must stay fast: no SDK, no dotenv, not even datetime or dataclasses."""
     slow = "{'openai', 'dotenv', 'datetime', 'dataclasses'}"
-    code = f"import sys, minimal_agent.cost; print(sorted({slow} & set(sys.modules)))"
+    code = f"import sys, minimal_agent.core.cost; print(sorted({slow} & set(sys.modules)))"
     result = subprocess.run(
         [sys.executable, "-c", code],
         cwd=Path(cost.__file__).parent.parent,

@@ -32,7 +32,8 @@ from fake_model import reply, tool_call
 from stub_server import EDIT_DEMO_TASK, StubServer
 
 import agent
-from minimal_agent import daily_tools, display, search
+from minimal_agent.tools import daily_tools, search
+from minimal_agent.views import display
 
 # The lesson's tools as agent.py has them: a learner's own (the README's list_dir) among them.
 LESSON_TOOLS = [tool["function"]["name"] for tool in agent.TOOLS]
@@ -411,7 +412,7 @@ def searches_in(folder: Path) -> list[int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if os.readlink(f"/proc/{pid}/cwd") == str(folder.resolve()):
-                if b"minimal_agent.search" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                if b"minimal_agent.tools.search" in Path(f"/proc/{pid}/cmdline").read_bytes():
                     found.append(int(pid))
         except OSError:  # gone, or not ours to look at
             pass

@@ -8,12 +8,13 @@ import pytest
 from fake_model import FakeClient, completion, reply, tool_call
 
 import agent
-from minimal_agent import cost, display
-from minimal_agent.errors import AgentError
-from minimal_agent.events import Events
-from minimal_agent.scripted import ScriptedClient, ScriptedUser
-from minimal_agent.session import Session
-from minimal_agent.settings import Settings
+from minimal_agent.common.errors import AgentError
+from minimal_agent.core import cost
+from minimal_agent.core.events import Events
+from minimal_agent.core.scripted import ScriptedClient, ScriptedUser
+from minimal_agent.core.session import Session
+from minimal_agent.core.settings import Settings
+from minimal_agent.views import display
 
 
 class Seen:

@@ -13,7 +13,7 @@ import pytest
 from conftest import execute, use_workspace
 from fake_model import tool_call
 
-from minimal_agent import diffs
+from minimal_agent.tools import diffs
 
 
 @pytest.fixture

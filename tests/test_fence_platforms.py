@@ -12,7 +12,8 @@ import pytest
 from conftest import ROOT, alive, execute, use_workspace
 from fake_model import tool_call
 
-from minimal_agent import files, processes
+from minimal_agent.common import files
+from minimal_agent.tools import processes
 
 
 def call(name: str, **arguments) -> str:
@@ -56,7 +57,7 @@ PEAK = """
 import resource, sys
 sys.path.insert(0, sys.argv[1])
 import agent
-from minimal_agent import processes
+from minimal_agent.tools import processes
 workspace = agent.Workspace(sys.argv[2], 3, True)
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 code, output = processes.run_command("yes", workspace)

@@ -76,7 +76,7 @@ def test_the_window_probe_never_sends_the_key_to_another_origin(workdir):
 
 def test_a_redirect_within_the_same_origin_is_still_followed():
     """A local server that moved its /props on its own origin still tells the window."""
-    from minimal_agent.window_probe import probe_window
+    from minimal_agent.core.window_probe import probe_window
 
     class Moved(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
@@ -485,12 +485,12 @@ def test_an_agents_file_linked_to_a_file_of_the_workdir_is_read(workdir):
 @pytest.mark.posix("another process holding the transcript's lock")
 @pytest.mark.parametrize("how", ["-c", "-r"])
 def test_a_transcript_being_written_is_in_use_not_broken(workdir, tmp_path, how):
-    from minimal_agent import sessions
+    from minimal_agent.stores import conversations
 
     folder = tmp_path / "sessions"
     folder.mkdir()
     path = folder / "2026-01-01T00-00-00-abcdef.jsonl"
-    first = sessions.session_event(str(workdir), "deepseek-flash")
+    first = conversations.session_event(str(workdir), "deepseek-flash")
     lines = [first, {"role": "system", "content": "s"}, {"role": "user", "content": "Task."}]
     text = "".join(json.dumps(line) + "\n" for line in lines)
     path.write_text(text + '{"role": "assistant", "content": "half wri')  # mid-write
@@ -518,8 +518,8 @@ def test_a_transcript_being_written_is_in_use_not_broken(workdir, tmp_path, how)
 
 HOLD = """
 import sys
-from minimal_agent import sessions
-file = sessions.open_for_append(sys.argv[1])
+from minimal_agent.stores import conversations
+file = conversations.open_for_append(sys.argv[1])
 print("locked", flush=True)
 sys.stdin.read()
 """

@@ -18,7 +18,7 @@ from conftest import ROOT, clean_env, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
 from stub_server import Fail, StubServer
 
-from minimal_agent import display
+from minimal_agent.views import display
 
 on_a_terminal = pytest.mark.posix("a pseudo-terminal (pexpect.spawn) and /bin/sh")
 
@@ -278,7 +278,7 @@ def test_a_bugs_traceback_is_shown_escaped(workdir, monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("boom \x1b]0;pwned\x07 \x1b[8mhidden")
 
-    monkeypatch.setattr("minimal_agent.completions.complete", broken)
+    monkeypatch.setattr("minimal_agent.core.completions.complete", broken)
     with StubServer([reply("never")]) as server:
         proc = run_in_process("--workdir", str(workdir), "hi", env=stub_env(server))
     assert proc.returncode == 1

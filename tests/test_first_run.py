@@ -27,7 +27,7 @@ from stub_server import Fail, StubServer
 
 import agent
 import model_client
-from minimal_agent import api_errors
+from minimal_agent.core import api_errors
 
 KEY = "test-key-first-run-0123456789"
 EXAMPLE = ROOT / "examples" / "tool_demo.jsonl"

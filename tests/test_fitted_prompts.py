@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from stub_server import StubServer
 
-from minimal_agent import display
+from minimal_agent.views import display
 
 on_a_terminal = pytest.mark.posix("a pseudo-terminal (pexpect.spawn) and /bin/sh")
 

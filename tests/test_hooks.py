@@ -16,8 +16,10 @@ from test_json import EVENTS, valid
 from test_permissions import loaded
 
 import agent
-from minimal_agent import display, hooks, settings_json
-from minimal_agent.errors import AgentError
+from minimal_agent.common.errors import AgentError
+from minimal_agent.core import settings_json
+from minimal_agent.tools import hooks
+from minimal_agent.views import display
 
 KEY = "sk-test-hooks-0123456789abcdef"
 

@@ -24,9 +24,9 @@ from stub_server import Billed, Fail, Streamed, StubServer
 from test_chat import read_line
 
 import agent
-from minimal_agent import json_output
-from minimal_agent.events import Events
-from minimal_agent.session import Session
+from minimal_agent.core.events import Events
+from minimal_agent.core.session import Session
+from minimal_agent.views import json_output
 
 RESULT = json.loads((ROOT / "docs" / "json-result.schema.json").read_text())
 EVENTS = json.loads((ROOT / "docs" / "json-events.schema.json").read_text())

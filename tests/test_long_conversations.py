@@ -20,8 +20,8 @@ from fake_model import reply, tool_call
 from stub_server import Fail, StubServer, extends, prompt_tokens
 
 import agent as lesson  # this file's agent() runs it against the stub
-from minimal_agent import context_window as cw
 from minimal_agent.cli import PYTHON
+from minimal_agent.core import context_window as cw
 
 SERVERS_THAT_REFUSE = ["deepseek", "vllm", "llamacpp", "ollama"]
 FIELD = {"vllm": "reasoning"}  # the name the reasoning comes under; DeepSeek's elsewhere

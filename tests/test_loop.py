@@ -10,8 +10,8 @@ from fake_model import FakeClient, completion, reply, tool_call
 from stub_server import check_messages
 
 import agent
-from minimal_agent.replay import ReplayClient
-from minimal_agent.transcripts import Conversation, Transcript
+from minimal_agent.core.replay import ReplayClient
+from minimal_agent.stores.transcripts import Conversation, Transcript
 
 
 def run(task, client, workdir, yes=False, max_steps=agent.MAX_STEPS, **options):

@@ -26,7 +26,9 @@ from stub_server import StubServer
 
 import agent
 import model_client
-from minimal_agent import cli, display, mcp_servers
+from minimal_agent import cli
+from minimal_agent.tools import mcp_servers
+from minimal_agent.views import display
 
 SERVERS = ROOT / "tests" / "mcp"
 SDK_SERVER = [sys.executable, str(SERVERS / "sdk_server.py")]
@@ -434,7 +436,7 @@ def test_without_a_configured_server_the_sdk_is_not_imported(workdir):
                          env=stub_env(server, PYTHONPROFILEIMPORTTIME="1"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if "|" in line}
-    assert "minimal_agent.mcp_servers" in imported  # the import log works
+    assert "minimal_agent.tools.mcp_servers" in imported  # the import log works
     assert not {name for name in imported if name.split(".")[0] in ("mcp", "mcp_types")}
 
 

@@ -17,8 +17,8 @@ from stub_server import StubServer
 import agent
 import model_client
 from minimal_agent import cli
-from minimal_agent.errors import AgentError
-from minimal_agent.events import Events
+from minimal_agent.common.errors import AgentError
+from minimal_agent.core.events import Events
 
 EXAMPLE = ROOT / "examples" / "tool_demo.jsonl"
 ACTIONS = {

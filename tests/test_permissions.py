@@ -21,8 +21,10 @@ from stub_server import StubServer
 from test_json import EVENTS, valid
 
 import agent
-from minimal_agent import cli, hooks, permissions, settings_json
-from minimal_agent.errors import AgentError, UsageError
+from minimal_agent import cli
+from minimal_agent.common.errors import AgentError, UsageError
+from minimal_agent.core import settings_json
+from minimal_agent.tools import hooks, permissions
 
 NOT_ASKED = "Error: PermissionError: the command was not run: it needs the user's approval"
 
@@ -249,7 +251,7 @@ def test_a_write_file_deny_rule_on_a_folder_keeps_everything_in_it_as_it_is(work
 
 
 def test_a_daily_tool_is_held_to_the_deny_rules_too(workdir):
-    from minimal_agent import daily_tools
+    from minimal_agent.tools import daily_tools
 
     (workdir / "a.py").write_text("old\n")
     ws = workspace(workdir, deny=["edit_file(*.py)"],

@@ -16,7 +16,8 @@ from conftest import ROOT, finish, on_a_terminal, run_agent, stub_env
 from fake_model import reply
 from stub_server import StubServer
 
-from minimal_agent import prompt, sessions
+from minimal_agent.stores import conversations
+from minimal_agent.views import prompt
 
 UP = "\033[A"
 PASTE = "\033[200~line one\rline two\033[201~"  # as a terminal sends a paste of two lines
@@ -63,7 +64,7 @@ def test_the_up_arrow_recalls_a_line_of_an_earlier_session_but_never_one_with_th
         child.expect_exact("> ")
         child.sendeof()
         assert finish(child) == 0
-        history = sessions.history_file(folder)
+        history = conversations.history_file(folder)
         assert history.read_text().splitlines() == ["remember this line"]
         assert history.stat().st_mode & 0o777 == 0o600
     with StubServer([reply("three")]) as server:

@@ -20,8 +20,8 @@ from stub_server import StubServer
 from test_undo import agent, done, shell, take_back, write
 
 import agent as lesson
-from minimal_agent import files
-from minimal_agent.prompt import Prompt
+from minimal_agent.common import files
+from minimal_agent.views.prompt import Prompt
 
 VICTIM = "ssh-ed25519 AAAA... the user's own key\n"
 

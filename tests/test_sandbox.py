@@ -425,7 +425,7 @@ RUN_FORKS = """
 import sys
 sys.path.insert(0, sys.argv[1])
 import agent
-from minimal_agent import processes
+from minimal_agent.tools import processes
 limits = processes.sandbox_limits("processes=40")
 workspace = agent.Workspace(sys.argv[2], 20, True, True, sandbox_limits=limits)
 print(processes.run_command("python3 forks.py", workspace)[1])
@@ -464,7 +464,7 @@ def test_a_process_cannot_take_more_memory_than_the_limit(sandbox):
 
 def sandbox_limits(folder, setting: str) -> None:
     """The workspace of the tool tests with LLM_SANDBOX_LIMITS=setting."""
-    from minimal_agent import processes
+    from minimal_agent.tools import processes
 
     limits = processes.sandbox_limits(setting)
     use_workspace(folder, timeout=10, yes=True, sandbox=True, sandbox_limits=limits)
@@ -498,7 +498,7 @@ def test_a_mistaken_sandbox_limits_setting_is_one_line(workdir, setting):
 
 
 def test_sandbox_limits_take_sizes_with_units_and_keep_the_defaults_for_the_rest():
-    from minimal_agent import processes
+    from minimal_agent.tools import processes
 
     assert processes.sandbox_limits("") == processes.SANDBOX_LIMITS
     assert processes.sandbox_limits(" processes = 64 , tmp=512M,memory=2g") == {

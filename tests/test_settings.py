@@ -10,8 +10,8 @@ import pytest
 import agent
 import model_client
 from minimal_agent import cli
-from minimal_agent.errors import AgentError
-from minimal_agent.settings import parsed
+from minimal_agent.common.errors import AgentError
+from minimal_agent.core.settings import parsed
 
 NAMES = [*model_client.SETTINGS]
 

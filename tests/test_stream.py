@@ -24,7 +24,7 @@ from conftest import (
 from fake_model import reply, tool_call
 from stub_server import Streamed, StubServer, demo_script
 
-from minimal_agent import display
+from minimal_agent.views import display
 
 
 def write_and_read(step: int, text: str | None = "I will write it, then read it back.") -> dict:

@@ -133,9 +133,9 @@ def test_pdb_stopped_while_the_model_is_asked_keeps_its_prompt(workdir):
         )  # fmt: skip
         try:
             child.expect_exact("(Pdb) ")
-            child.sendline("import minimal_agent.completions")  # a name pdb can break on
+            child.sendline("import minimal_agent.core.completions")  # a name pdb can break on
             child.expect_exact("(Pdb) ")
-            child.sendline("b minimal_agent.completions.ask")
+            child.sendline("b minimal_agent.core.completions.ask")
             child.expect_exact("(Pdb) ")
             child.sendline("c")
             child.expect_exact("(Pdb) ")

@@ -14,7 +14,8 @@ from conftest import ROOT, alive, execute, use_workspace
 from fake_model import tool_call
 
 import agent
-from minimal_agent import display, files
+from minimal_agent.common import files
+from minimal_agent.views import display
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from conftest import run_in_process, stub_env
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
-from minimal_agent import changes
+from minimal_agent.stores import changes
 
 BINARY = bytes(range(256)) * 4
 

@@ -23,7 +23,8 @@ from conftest import ROOT, run_in_process, stub_env
 from stub_server import StubServer
 from test_undo import agent, done, shell, take_back, tree, write
 
-from minimal_agent import changes, files, sessions
+from minimal_agent.common import files
+from minimal_agent.stores import changes, conversations
 
 
 def store_of(sessions_folder: Path) -> Path:
@@ -280,11 +281,11 @@ def test_a_bare_word_is_an_id_never_a_file_in_the_current_folder(tmp_path, monke
     (repository / "d9.changes").mkdir(parents=True)
     (repository / "d9").write_text('{"role": "user", "content": "forged"}\n')
     monkeypatch.chdir(repository)
-    assert sessions.resolve("d9", folder) == folder / "d95pcu.jsonl"
-    assert sessions.resolve("./d9", folder) == repository / "d9"
+    assert conversations.resolve("d9", folder) == folder / "d95pcu.jsonl"
+    assert conversations.resolve("./d9", folder) == repository / "d9"
     (folder / "d95pcu.jsonl").unlink()
-    with pytest.raises(sessions.SessionError) as error:
-        sessions.resolve("d9", folder)
+    with pytest.raises(conversations.SessionError) as error:
+        conversations.resolve("d9", folder)
     assert "./d9" in str(error.value)
 
 
@@ -547,7 +548,7 @@ def test_a_seen_copy_a_killed_session_left_is_cleared_at_the_next_start(workdir,
     live.write_bytes(b"y")
     fd = os.open(live, os.O_RDWR)
     try:
-        sessions.lock(fd, live)  # as a live session holds its own
+        conversations.lock(fd, live)  # as a live session holds its own
         with StubServer([done()]) as server:
             assert agent(server, workdir, sessions_dir, "hello").returncode == 0
         assert not stale.exists()

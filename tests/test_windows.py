@@ -23,7 +23,7 @@ from conftest import ROOT, WORKSPACE, clean_env, execute, finish, run_agent, stu
 from fake_model import reply, tool_call
 from stub_server import StubServer
 
-from minimal_agent import processes
+from minimal_agent.tools import processes
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="simulates Windows elsewhere")
 

@@ -1,6 +1,7 @@
-"""minimal_agent/wire.py: every request a saved conversation sent and every response it got,
-kept beside its transcript, rebuilt exactly (compared with what the stub server received, byte
-for byte once parsed); --show ID --wire on the terminal; --show with IDs and whole commands."""
+"""minimal_agent/stores/wire_record.py: every request a saved conversation sent and every
+response it got, kept beside its transcript, rebuilt exactly (compared with what the stub server
+received, byte for byte once parsed); --show ID --wire on the terminal; --show with IDs and
+whole commands."""
 
 from __future__ import annotations
 
@@ -25,8 +26,9 @@ from test_long_conversations import (
 )
 
 import agent as lesson
-from minimal_agent import sessions, wire, wire_page, wire_text
-from minimal_agent.session import Session
+from minimal_agent.core.session import Session
+from minimal_agent.stores import conversations, wire_record
+from minimal_agent.views import wire_page, wire_text
 
 KEY = "sk-wire-test-0123456789abcdef"
 
@@ -34,12 +36,12 @@ KEY = "sk-wire-test-0123456789abcdef"
 def record_of(save: Path) -> Path:
     """A conversation's record: in the sessions folder the tests' agent uses (a --save FILE
     elsewhere), or beside a transcript that is in its sessions folder."""
-    elsewhere = sessions.wire_file(save, SESSIONS)
-    return elsewhere if elsewhere.exists() else sessions.wire_file(save)
+    elsewhere = conversations.wire_file(save, SESSIONS)
+    return elsewhere if elsewhere.exists() else conversations.wire_file(save)
 
 
 def kept(save: Path) -> list[dict]:
-    return list(wire.exchanges(record_of(save)))
+    return list(wire_record.exchanges(record_of(save)))
 
 
 def as_json(value: object) -> object:
@@ -154,13 +156,13 @@ def test_an_unsaved_conversation_keeps_no_record(workdir, tmp_path):
 
 def test_the_record_is_beside_the_undo_store_and_never_taken_for_a_conversation(tmp_path):
     transcript = tmp_path / "abc234.jsonl"
-    assert sessions.wire_file(transcript) == tmp_path / "abc234.wire"
-    store = sessions.changes_folder(transcript, tmp_path)
-    assert sessions.wire_file(transcript).parent == store.parent
+    assert conversations.wire_file(transcript) == tmp_path / "abc234.wire"
+    store = conversations.changes_folder(transcript, tmp_path)
+    assert conversations.wire_file(transcript).parent == store.parent
     transcript.write_text(json.dumps({"role": "user", "content": "x"}) + "\n")
-    sessions.wire_file(transcript).write_text("{}\n")
-    assert [path for path, _ in sessions.transcript_files(tmp_path)] == [transcript]
-    assert sessions.resolve("abc", tmp_path) == transcript
+    conversations.wire_file(transcript).write_text("{}\n")
+    assert [path for path, _ in conversations.transcript_files(tmp_path)] == [transcript]
+    assert conversations.resolve("abc", tmp_path) == transcript
 
 
 def test_a_record_cut_off_by_a_crash_is_read_and_appended_to(workdir, tmp_path):

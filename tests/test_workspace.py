@@ -13,12 +13,14 @@ from conftest import ROOT
 from fake_model import FakeClient, completion, reply, tool_call
 
 import agent
-from minimal_agent import context_window, cost, daily_tools, files, hooks, permissions
-from minimal_agent.errors import AgentError
-from minimal_agent.events import Events
-from minimal_agent.scripted import ScriptedClient, ScriptedUser
-from minimal_agent.session import Session, own_records
-from minimal_agent.settings import Settings
+from minimal_agent.common import files
+from minimal_agent.common.errors import AgentError
+from minimal_agent.core import context_window, cost
+from minimal_agent.core.events import Events
+from minimal_agent.core.scripted import ScriptedClient, ScriptedUser
+from minimal_agent.core.session import Session, own_records
+from minimal_agent.core.settings import Settings
+from minimal_agent.tools import daily_tools, hooks, permissions
 
 BIG = "a line of the big file, long enough to fill a small window\n" * 2_000  # 120 KB
 

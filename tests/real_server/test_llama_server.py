@@ -17,7 +17,8 @@ from conftest import clean_env, run_agent
 from stub_server import check_messages, extends, sent_messages
 
 import agent as the_agent
-from minimal_agent import context_window, transcripts
+from minimal_agent.core import context_window
+from minimal_agent.stores import transcripts
 
 from .recording_proxy import Exchange, RecordingProxy
 
