@@ -479,7 +479,7 @@ class ParsedModule:
                         self.imported[alias.asname or alias.name] = (statement.module, alias.name)
 
 
-def tests_that_reach_the_tools(folder: Path) -> list[str]:
+def chosen_for_a_learners_edit(folder: Path) -> list[str]:
     """The node ids (tests/FILE::TEST) of the tests in folder that reach the tools."""
     modules: dict[str, ParsedModule] = {}
 
@@ -580,7 +580,7 @@ def test_a_learner_who_adds_a_tool_keeps_the_suite_green(tmp_path):
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*unneeded))
     learner_adds_tools(copy / "agent.py")
     this_test = f"tests/{Path(__file__).name}::test_a_learner_who_adds_a_tool_keeps_the_suite_green"
-    tests = [test for test in tests_that_reach_the_tools(copy / "tests") if test != this_test]
+    tests = [test for test in chosen_for_a_learners_edit(copy / "tests") if test != this_test]
     failed, tail = failures_in(copy, tests)
     assert not failed, (
         f"in a copy of the checkout with the README's tool and one of their own, "
@@ -648,7 +648,7 @@ def test_the_tests_a_learners_tool_reaches_are_chosen_and_the_others_are_not(tmp
     for name in ("conftest.py", "fake_model.py"):
         shutil.copy(ROOT / "tests" / name, tmp_path / name)
     (tmp_path / "test_planted.py").write_text(PLANTED, encoding="utf-8")
-    chosen = [test.split("::")[1] for test in tests_that_reach_the_tools(tmp_path)]
+    chosen = [test.split("::")[1] for test in chosen_for_a_learners_edit(tmp_path)]
     assert chosen == [
         "test_counts_the_tools",
         "test_counts_what_a_request_offered",
@@ -662,7 +662,7 @@ def test_the_tests_a_learners_tool_reaches_are_chosen_and_the_others_are_not(tmp
 def test_the_tests_that_named_the_tools_as_a_list_are_chosen():
     # The five that once kept a learner's first edit from a green suite (the daily tools',
     # the rules' and the hooks'), with the lesson's own.
-    chosen = tests_that_reach_the_tools(ROOT / "tests")
+    chosen = chosen_for_a_learners_edit(ROOT / "tests")
     assert {
         "tests/test_daily_tools.py::test_python_agent_py_offers_the_lessons_three_unless_the_setting_says_otherwise",
         "tests/test_daily_tools.py::test_the_installed_command_offers_the_daily_tools",
