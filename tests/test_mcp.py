@@ -14,6 +14,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +22,7 @@ import jsonschema
 import pytest
 from conftest import ROOT, run_agent, run_in_process, stub_env, wait_for
 from fake_model import reply, tool_call
+from real_server.llama_server import cache_folder
 from stub_server import StubServer
 
 import agent
@@ -166,19 +168,30 @@ def test_a_streamable_http_server_on_localhost_with_variables_expanded(workdir, 
 
 
 @pytest.mark.skipif(not shutil.which("npx"), reason="needs node and npx")
-def test_the_reference_server_everything_from_npm(workdir, folders, tmp_path_factory):
-    """@modelcontextprotocol/server-everything, installed at test time into a cache folder
-    (never into the repository); skipped with one line where node or the registry is absent."""
-    cache = Path(os.environ.get("MCP_NPM_CACHE") or tmp_path_factory.getbasetemp() / "npm")
+def test_the_reference_server_everything_from_npm(workdir, folders):
+    """@modelcontextprotocol/server-everything, installed by the first run into the user's
+    cache folder (never into the repository; MCP_NPM_CACHE names another): installing it took
+    4.6 s of CPU in every run, and again in the learner's-edit test's. Skipped with one line
+    where node or the registry is absent."""
+    cache = Path(os.environ.get("MCP_NPM_CACHE") or cache_folder() / "npm")
     program = cache / "node_modules" / ".bin" / "mcp-server-everything"
     if not program.exists():
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        # Installed beside it, then renamed into place: a second pytest at the same moment
+        # (the learner's-edit test runs one) never sees half an installation.
+        installing = Path(tempfile.mkdtemp(prefix="npm-", dir=cache.parent))
         done = subprocess.run(
-            ["npm", "install", "--prefix", str(cache), "--no-audit", "--no-fund",
+            ["npm", "install", "--prefix", str(installing), "--no-audit", "--no-fund",
              "@modelcontextprotocol/server-everything"],
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         if done.returncode:
+            shutil.rmtree(installing)
             pytest.skip("npm could not install @modelcontextprotocol/server-everything")
+        try:
+            installing.rename(cache)
+        except OSError:  # the other pytest's is in place already
+            shutil.rmtree(installing)
     user_servers(folders[0], {"everything": {"command": str(program), "args": ["stdio"]}})
     ws, servers, said = start(workdir, folders, yes=True)
     try:
