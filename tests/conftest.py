@@ -8,10 +8,13 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import pexpect
 import pytest
+from hypothesis import strategies
+from hypothesis.errors import HypothesisSideeffectWarning
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -54,12 +57,22 @@ def pytest_configure(config):
     hangup = getattr(signal, "SIGHUP", None)  # none on Windows
     if hangup and signal.getsignal(hangup) == signal.SIG_IGN:
         signal.signal(hangup, lambda signum, frame: None)
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        # Hypothesis's text strategy needs a table of what UTF-8 can encode: 1.5 s of CPU to
+        # make, then kept in .hypothesis/. Made here once, before the workers start, a fresh
+        # clone's workers read it instead of each making it again (hypothesis warns of slow
+        # work while pytest starts: here it is the point).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", HypothesisSideeffectWarning)
+            strategies.text().validate()
 
 
 def pytest_xdist_auto_num_workers(config):
     """How many workers `-n auto` (pyproject.toml's addopts) starts: two a core, at most 8, as
     a test often waits for a server, a command or an agent process (on two cores, in a fresh
-    clone, the suite took 123 s with 2 workers, 91 s with 3, 82 s with 4); none (one process)
+    clone, the suite took 123 s with 2 workers, 91 s with 3, 82 s with 4; on six of its files,
+    run in turn on a busy machine, 2 workers took 0.85 times the CPU of 4 and 1.39 times as
+    long, 3 workers the same CPU and 1.36 times as long); none (one process)
     for the real-server tests, whose servers every worker would start again.
     PYTEST_XDIST_AUTO_NUM_WORKERS, if set, decides."""
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):

@@ -5,8 +5,8 @@ with one line naming the tool; a schema written as the OpenAI docs write one wor
 
 from __future__ import annotations
 
+import ast
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, run_agent, stub_env
 from fake_model import reply, tool_call
-from lesson_edit import add_tool, lesson_tools_only, tool_map_names
+from lesson_edit import LESSON_TOOLS, add_tool, lesson_tools_only, tool_map_names
 from stub_server import StubServer
 from test_readme import add_a_tool_pieces
 
@@ -403,21 +403,132 @@ WORD_COUNT_SCHEMA = """
         },
     },
 """
-# The tests that read agent.py's text, or edit a copy of it, and every test file that names
-# the lesson's tools as a list (TOOLS, TOOL_MAP's names, "read_file", "write_file", ..., or a
-# line naming "the tools"): those a learner's new tool could reach. Found by their text, so a
-# new file of such tests is run here too (a fixed list missed the rules', hooks' and daily
-# tools' files).
-NAMES_THE_TOOLS = re.compile(
-    r'agent\.TOOLS\b|(list|sorted|join)\(agent\.TOOL_MAP\)|"read_file", "write_file"'
-    r"|the tools(:| are)"
-)
-ON_AGENT_PY = sorted(
-    {"test_readme_example.py", "test_add_a_tool.py", "test_readme.py", "test_loop.py",
-     "test_learner_tools.py"}
-    | {path.name for path in (ROOT / "tests").glob("test_*.py")
-       if NAMES_THE_TOOLS.search(path.read_text(encoding="utf-8"))}
-)  # fmt: skip
+# Which tests a learner's new tool can reach, chosen test by test from their source: those
+# whose own code, or a helper, constant or fixture of the tests folder they use, names
+# agent.TOOLS or TOOL_MAP, reads the tools a request offered (["tools"]), names two of the
+# lesson's tools in one list or string ("the tools: read_file, run_shell, write_file"), or reads
+# agent.py's text. Chosen by their text, so a new test of that kind is run too (a fixed list of
+# files missed the rules', hooks' and daily tools' tests), and by test, not by file: a whole file
+# brought along its slow tests that no edit of agent.py reaches.
+READS_TEXT = {"read_text", "read_bytes", "open", "getsource", "getsourcelines"}
+
+
+def names_lesson_tools(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return sum(name in node.value for name in LESSON_TOOLS) >= 2
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return sum(isinstance(item, ast.Constant) and item.value in LESSON_TOOLS
+                   for item in node.elts) >= 2  # fmt: skip
+    return False
+
+
+def parametrized_values(statement: ast.stmt) -> set[int]:
+    """The ids of the nodes in a test's @pytest.mark.parametrize values: a test run once for
+    read_file and once for write_file depends on neither the list of tools nor its length."""
+    values = set()
+    for decorator in getattr(statement, "decorator_list", []):
+        if isinstance(decorator, ast.Call) and ast.unparse(decorator.func).endswith("parametrize"):
+            values |= {id(node) for value in decorator.args[1:] for node in ast.walk(value)}
+    return values
+
+
+def reaches_the_tools(statement: ast.stmt) -> bool:
+    """Whether a statement's own expressions (not the statements inside it) reach the tools."""
+    nodes = [
+        node
+        for field in ast.iter_child_nodes(statement)
+        if not isinstance(field, (ast.stmt, ast.excepthandler))
+        for node in ast.walk(field)
+    ]
+    words = {node.id for node in nodes if isinstance(node, ast.Name)}
+    words |= {node.attr for node in nodes if isinstance(node, ast.Attribute)}
+    strings = [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)]
+    keys = [n.slice for n in nodes if isinstance(n, ast.Subscript)]
+    run_with = parametrized_values(statement)
+    return bool(
+        words & {"TOOLS", "TOOL_MAP"}
+        or any(isinstance(key, ast.Constant) and key.value == "tools" for key in keys)
+        or any(names_lesson_tools(node) for node in nodes if id(node) not in run_with)
+        or (words & READS_TEXT and any("agent.py" in text for text in strings))
+    )
+
+
+class ParsedModule:
+    """A module of the tests folder: what it defines at its top level, what it imports from
+    the folder's other modules, its autouse fixtures."""
+
+    def __init__(self, path: Path):
+        self.tree = ast.parse(path.read_text(encoding="utf-8"))
+        self.defined: dict[str, ast.stmt] = {}
+        self.imported: dict[str, tuple[str, str]] = {}
+        self.autouse: list[str] = []
+        for statement in self.tree.body:
+            if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                self.defined[statement.name] = statement
+                if any("autouse=True" in ast.unparse(d) for d in statement.decorator_list):
+                    self.autouse.append(statement.name)
+            elif isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                targets = statement.targets if isinstance(statement, ast.Assign) else []
+                for target in [*targets, getattr(statement, "target", None)]:
+                    for node in ast.walk(target) if target else ():
+                        if isinstance(node, ast.Name):
+                            self.defined[node.id] = statement
+            elif isinstance(statement, ast.ImportFrom) and statement.module:
+                if (path.parent / f"{statement.module}.py").exists():
+                    for alias in statement.names:
+                        self.imported[alias.asname or alias.name] = (statement.module, alias.name)
+
+
+def chosen_for_a_learners_edit(folder: Path) -> list[str]:
+    """The node ids (tests/FILE::TEST) of the tests in folder that reach the tools."""
+    modules: dict[str, ParsedModule] = {}
+
+    def module(name: str) -> ParsedModule:
+        if name not in modules:
+            modules[name] = ParsedModule(folder / f"{name}.py")
+        return modules[name]
+
+    read: dict[int, tuple[bool, list[tuple[str, ast.stmt]]]] = {}
+
+    def read_once(where: str, code: ast.stmt) -> tuple[bool, list[tuple[str, ast.stmt]]]:
+        """Whether code's own statements reach the tools, and what of the folder it uses."""
+        if id(code) not in read:
+            reached = any(reaches_the_tools(s) for s in ast.walk(code) if isinstance(s, ast.stmt))
+            used = {node.id for node in ast.walk(code) if isinstance(node, ast.Name)}
+            if isinstance(code, ast.FunctionDef):  # its fixtures, and a test's autouse ones
+                used |= {argument.arg for argument in code.args.args} | set(module(where).autouse)
+            uses = []
+            for word in used:
+                if word in module(where).defined:
+                    uses.append((where, module(where).defined[word]))
+                elif word in module(where).imported:
+                    other, original = module(where).imported[word]
+                    if original in module(other).defined:
+                        uses.append((other, module(other).defined[original]))
+                elif word in module("conftest").defined:
+                    uses.append(("conftest", module("conftest").defined[word]))
+            read[id(code)] = reached, uses
+        return read[id(code)]
+
+    def reaches(where: str, test: ast.FunctionDef) -> bool:
+        to_read, done = [(where, test)], set()
+        while to_read:
+            where, code = to_read.pop()
+            if id(code) not in done:
+                done.add(id(code))
+                reached, uses = read_once(where, code)
+                if reached:
+                    return True
+                to_read += uses
+        return False
+
+    return [
+        f"tests/{path.name}::{statement.name}"
+        for path in sorted(folder.glob("test_*.py"))
+        for statement in module(path.stem).tree.body
+        if isinstance(statement, ast.FunctionDef) and statement.name.startswith("test_")
+        and reaches(path.stem, statement)
+    ]  # fmt: skip
 
 
 def learner_adds_tools(agent_py: Path) -> None:
@@ -430,16 +541,15 @@ def learner_adds_tools(agent_py: Path) -> None:
         add_tool(agent_py, WORD_COUNT_FUNCTION, WORD_COUNT_SCHEMA, '"word_count": word_count')
 
 
-def failures_in(copy: Path, files: list[str]) -> tuple[list[str], str]:
-    """Run the tests in files in the copy as the README says (pytest); each failing test as
+def failures_in(copy: Path, tests: list[str]) -> tuple[list[str], str]:
+    """Run the tests (node ids) in the copy as the README says (pytest); each failing test as
     "its id: the first line of what it said", and the tail of pytest's output."""
     report = copy / "report.xml"
     # One process (-n 0): the suite around this test keeps the cores busy, and each worker
     # would import and collect everything again.
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "0",
-         f"--junitxml={report}", "-k", "not keeps_the_suite_green",
-         *(f"tests/{name}" for name in files)],
+         f"--junitxml={report}", *tests],
         cwd=copy, capture_output=True, text=True, timeout=280,
     )  # fmt: skip
     tail = (proc.stdout + proc.stderr)[-3000:]
@@ -462,17 +572,104 @@ def failures_in(copy: Path, files: list[str]) -> tuple[list[str], str]:
 def test_a_learner_who_adds_a_tool_keeps_the_suite_green(tmp_path):
     # A copy of the checkout (a learner's edits and all) where the learner has added the
     # README's list_dir as "Add a tool" says (unless it is there already) and a tool of their
-    # own; then the tests that read or edit agent.py, run as "Test your change" says: none may
-    # depend on the shipped file's text or tools. The checkout as it is needs no copy: this
-    # suite runs those same tests on it.
+    # own; then the tests that reach the tools or agent.py's text, run as "Test your change"
+    # says: none may depend on the shipped file's text or tools. The checkout as it is needs no
+    # copy: this suite runs those same tests on it.
     copy = tmp_path / "project"
     unneeded = (".git", "*venv", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis")
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*unneeded))
     learner_adds_tools(copy / "agent.py")
-    failed, tail = failures_in(copy, ON_AGENT_PY)
+    this_test = f"tests/{Path(__file__).name}::test_a_learner_who_adds_a_tool_keeps_the_suite_green"
+    tests = [test for test in chosen_for_a_learners_edit(copy / "tests") if test != this_test]
+    failed, tail = failures_in(copy, tests)
     assert not failed, (
         f"in a copy of the checkout with the README's tool and one of their own, "
         f"{len(failed)} test(s) fail: {failed[0]}\n"
         + "\n".join(failed[1:])
         + f"\n\npytest's output ends:\n{tail}"
     )
+
+
+PLANTED = """
+import pytest
+import agent
+from conftest import ROOT, run_agent
+from fake_model import tool_call
+
+THE_THREE = ["read_file", "write_file", "run_shell"]
+
+
+@pytest.fixture
+def lesson_names():
+    return ("read_file", "write_file", "run_shell")
+
+
+def offered(request):
+    return [tool["function"]["name"] for tool in request["tools"]]
+
+
+def test_counts_the_tools():
+    assert len(agent.TOOLS) == 3
+
+
+def test_counts_what_a_request_offered(request):
+    assert len(offered(request)) == 3
+
+
+def test_names_them_in_a_constant(request):
+    assert [tool["function"]["name"] for tool in request.node.tools] == THE_THREE
+
+
+def test_names_them_in_a_line():
+    assert run_agent("--help").stderr.endswith("the tools: read_file, run_shell, write_file")
+
+
+def test_names_them_in_a_fixture(lesson_names):
+    assert lesson_names
+
+
+def test_reads_agent_py():
+    assert (ROOT / "agent.py").read_text().count("def ") == 9
+
+
+def test_calls_one_tool():
+    assert tool_call("read_file", {"path": "a"}) and run_agent("hi")
+
+
+@pytest.mark.parametrize("tool", ["read_file", "write_file"])
+def test_runs_for_each_of_two_tools(tool):
+    assert tool_call(tool, {})
+"""
+
+
+def test_the_tests_a_learners_tool_reaches_are_chosen_and_the_others_are_not(tmp_path):
+    # A test of each way of hard-coding the lesson's tools must be chosen: run in the edited
+    # copy, it fails, and so does the learner's-edit test.
+    for name in ("conftest.py", "fake_model.py"):
+        shutil.copy(ROOT / "tests" / name, tmp_path / name)
+    (tmp_path / "test_planted.py").write_text(PLANTED, encoding="utf-8")
+    chosen = [test.split("::")[1] for test in chosen_for_a_learners_edit(tmp_path)]
+    assert chosen == [
+        "test_counts_the_tools",
+        "test_counts_what_a_request_offered",
+        "test_names_them_in_a_constant",
+        "test_names_them_in_a_line",
+        "test_names_them_in_a_fixture",
+        "test_reads_agent_py",
+    ]
+
+
+def test_the_tests_that_named_the_tools_as_a_list_are_chosen():
+    # The five that once kept a learner's first edit from a green suite (the daily tools',
+    # the rules' and the hooks'), with the lesson's own.
+    chosen = chosen_for_a_learners_edit(ROOT / "tests")
+    assert {
+        "tests/test_daily_tools.py::test_python_agent_py_offers_the_lessons_three_unless_the_setting_says_otherwise",
+        "tests/test_daily_tools.py::test_the_installed_command_offers_the_daily_tools",
+        "tests/test_hooks.py::test_a_matcher_naming_no_tool_of_the_agent_says_so_in_one_line",
+        "tests/test_permissions.py::test_a_tool_denied_whole_is_not_offered_to_the_model",
+        "tests/test_permissions.py::test_a_rule_naming_no_tool_of_the_agent_says_so_in_one_line",
+        "tests/test_loop.py::test_a_broken_call_gets_an_error_the_model_can_read",
+        "tests/test_readme.py::test_the_tour_still_works_after_lines_are_added_above_run",
+        "tests/test_readme_example.py::test_list_dir_shows_files_and_folders",
+    } <= set(chosen)  # fmt: skip

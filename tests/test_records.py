@@ -169,10 +169,11 @@ def writing_places() -> set[str]:
     found = set()
     for module in sorted((ROOT / "minimal_agent").rglob("*.py")):
         tree = ast.parse(module.read_text())
+        in_module = assignments(tree)  # once a module: each function's own is looked up first
         for function in ast.walk(tree):
             if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
                 continue
-            values = {**assignments(tree), **assignments(function)}  # a local name first
+            values = {**in_module, **assignments(function)}
             for call in ast.walk(function):
                 if not isinstance(call, ast.Call):
                     continue
