@@ -32,6 +32,12 @@ os.environ["LLM_SESSIONS_DIR"] = SESSIONS
 # given an empty folder of certificates instead (SSL_CERT_DIR, SSL_CERT_FILE unset, as httpx
 # reads them), it loads nothing. Only the agents' environment gets it (clean_env).
 NO_CERTIFICATES = tempfile.mkdtemp(prefix="agent-test-no-certificates-")
+# Nor do they import trio, which only the browser tests' selenium brings into this environment
+# and no user's install of the agent has: the SDK's HTTP stack imports it where it is installed
+# (60 ms of CPU in every agent process). A module of that name that refuses to load, first on
+# the agents' PYTHONPATH (clean_env), keeps them as a user's agent is.
+WITHOUT_TRIO = tempfile.mkdtemp(prefix="agent-test-without-trio-")
+Path(WITHOUT_TRIO, "trio.py").write_text('raise ImportError("not for the agents under test")\n')
 
 # What a marked test needs, and the systems that lack it. A test marked posix or linux may give
 # its own reason, @pytest.mark.posix("why"); the skip then names it.
@@ -85,7 +91,7 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_unconfigure(config):
     """The test process's folders go with it (in each pytest-xdist worker too)."""
-    for folder in (SESSIONS, NO_CERTIFICATES):
+    for folder in (SESSIONS, NO_CERTIFICATES, WITHOUT_TRIO):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -116,6 +122,7 @@ def clean_env(**settings: str) -> dict[str, str]:
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("SSL_CERT_FILE", None)
     env["SSL_CERT_DIR"] = NO_CERTIFICATES
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [WITHOUT_TRIO, env.get("PYTHONPATH")]))
     env["LLM_SESSIONS_DIR"] = SESSIONS
     env.update(settings)
     return env
