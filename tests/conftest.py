@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+import forked_agents  # noqa: E402
+
 import agent  # noqa: E402
 from minimal_agent import cli  # noqa: E402
 
@@ -91,6 +93,7 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_unconfigure(config):
     """The test process's folders go with it (in each pytest-xdist worker too)."""
+    forked_agents.SERVER.stop()
     for folder in (SESSIONS, NO_CERTIFICATES, WITHOUT_TRIO):
         shutil.rmtree(folder, ignore_errors=True)
 
@@ -128,6 +131,9 @@ def clean_env(**settings: str) -> dict[str, str]:
     return env
 
 
+forked_agents.SERVER.env = clean_env()
+
+
 def stub_env(server, **settings: str) -> dict[str, str]:
     """Settings that point the agent at a stub server (every LLM_ variable set, so a
     developer's own config.env cannot change what the test sees)."""
@@ -139,11 +145,9 @@ def run_agent(
     *args: str, env: dict, stdin: str | None = "", timeout: float = 60, script: Path | None = None
 ) -> subprocess.CompletedProcess:
     """Run `python agent.py ARGS` as a user would, in a separate process."""
-    return subprocess.run(
+    return forked_agents.run(
         [sys.executable, str(script or ROOT / "agent.py"), *args],
         input=stdin,
-        capture_output=True,
-        text=True,
         env=env,
         timeout=timeout,
         cwd=ROOT / "tests",  # not the project folder: nothing may depend on the cwd
@@ -195,7 +199,7 @@ def run_in_process(
 
 
 def spawn(server, *args: str) -> pexpect.spawn:
-    return pexpect.spawn(
+    return forked_agents.spawn(
         sys.executable,
         [str(ROOT / "agent.py"), *args],
         env=stub_env(server),

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import forked_agents
 import pexpect
 import pytest
 from conftest import ROOT, finish, on_a_terminal, run_in_process, stub_env, wait_for
@@ -97,7 +98,7 @@ def read(call_id: str) -> dict:
 
 def spawn_in(server, sessions: Path, *args: str) -> pexpect.spawn:
     """The agent on a pseudo-terminal (so the "go on" line is said), its sessions folder given."""
-    return pexpect.spawn(
+    return forked_agents.spawn(
         sys.executable, [str(ROOT / "agent.py"), *args], cwd=str(ROOT / "tests"),
         env=stub_env(server, LLM_SESSIONS_DIR=str(sessions)), encoding="utf-8", timeout=30,
         dimensions=(40, 200),

@@ -11,6 +11,7 @@ import sys
 import threading
 import types
 
+import forked_agents
 import pexpect
 import pyte
 import pytest
@@ -46,7 +47,7 @@ def agent_on_terminal(server, *args: str, redirect: str = "") -> pexpect.spawn:
     program = [sys.executable, str(ROOT / "agent.py"), *args]
     if redirect:
         program = ["/bin/sh", "-c", f'exec "$0" "$@" {redirect}', *program]
-    child = pexpect.spawn(
+    child = forked_agents.spawn(
         program[0], program[1:], env=stub_env(server), cwd=str(ROOT / "tests"), timeout=30,
         dimensions=(ROWS, COLUMNS),
     )  # fmt: skip

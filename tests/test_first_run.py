@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 
+import forked_agents
 import pexpect
 import pytest
 from conftest import (
@@ -340,7 +341,7 @@ def test_a_server_that_never_answers_shows_the_seconds_then_times_out_in_one_lin
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}"
-        child = pexpect.spawn(
+        child = forked_agents.spawn(
             sys.executable,
             [str(ROOT / "agent.py"), "--workdir", str(workdir), "--request-timeout", "1.5", "hi"],
             env=clean_env(LLM_API_KEY=KEY, LLM_BASE_URL=url), cwd=str(ROOT / "tests"),
@@ -523,7 +524,7 @@ def test_reading_the_task_from_a_pipe_says_so_first_and_how_to_end_it(workdir):
 
 @on_a_terminal
 def test_a_replay_answered_n_says_once_that_it_left_the_recorded_path(workdir):
-    child = pexpect.spawn(
+    child = forked_agents.spawn(
         sys.executable, [str(ROOT / "agent.py"), "--workdir", str(workdir), "--replay",
                          str(EXAMPLE)],
         env=offline(), cwd=str(ROOT / "tests"), encoding="utf-8", timeout=30,

@@ -12,6 +12,7 @@ import re
 import sys
 import threading
 
+import forked_agents
 import pexpect
 import pyte
 import pytest
@@ -41,7 +42,7 @@ def write_call(path: str, content: str) -> dict:
 
 def agent_on_terminal(server, rows: int, columns: int, *args: str, **settings) -> pexpect.spawn:
     """agent.py ARGS on a rows x columns pseudo-terminal, every byte it writes kept."""
-    child = pexpect.spawn(
+    child = forked_agents.spawn(
         sys.executable, [str(ROOT / "agent.py"), *args], env=stub_env(server, **settings),
         cwd=str(ROOT / "tests"), timeout=30, dimensions=(rows, columns),
     )  # fmt: skip

@@ -10,6 +10,7 @@ import shlex
 import sys
 import xml.etree.ElementTree as ET
 
+import forked_agents
 import pexpect
 from conftest import ROOT, clean_env, finish, on_a_terminal, run_agent, spawn, stub_env
 from stub_server import StubServer, demo_script
@@ -92,7 +93,7 @@ def run_in_pycharm(config: dict, workdir, env: dict[str, str]) -> pexpect.spawn:
     pseudo-terminal, in its working directory, with its environment variables."""
     script = config["SCRIPT_NAME"].replace("$PROJECT_DIR$", str(ROOT))
     args = [str(workdir) if a == str(ROOT / "playground") else a for a in command_line(config)]
-    return pexpect.spawn(
+    return forked_agents.spawn(
         sys.executable, [script, *args],
         env={**env, **config["envs"]},
         cwd=config["WORKING_DIRECTORY"].replace("$PROJECT_DIR$", str(ROOT)),

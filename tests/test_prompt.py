@@ -10,6 +10,7 @@ import sys
 import types
 from pathlib import Path
 
+import forked_agents
 import pexpect
 import pytest
 from conftest import ROOT, finish, on_a_terminal, run_agent, stub_env
@@ -35,7 +36,7 @@ def chat(server, workdir: Path, sessions_dir: Path, *, readline: bool = True) ->
     program = [str(ROOT / "agent.py")]
     if not readline:
         program = ["-c", WITHOUT_READLINE, *program]
-    child = pexpect.spawn(
+    child = forked_agents.spawn(
         sys.executable, [*program, "--workdir", str(workdir), "--chat"],
         env=stub_env(server, LLM_SESSIONS_DIR=str(sessions_dir)), cwd=str(ROOT / "tests"),
         encoding="utf-8", timeout=30, dimensions=(40, 200),

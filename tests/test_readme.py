@@ -11,6 +11,7 @@ import sys
 import textwrap
 import xml.etree.ElementTree as ET
 
+import forked_agents
 import pexpect
 import pyte
 import pytest
@@ -149,7 +150,7 @@ def test_what_you_see_is_what_the_quick_starts_replay_shows_on_a_terminal(app):
     shutil.copytree(ROOT / "examples", app / "examples")
     quick_start = README[README.index("## Quick start") :].split("\n## ")[0]
     (command,) = re.findall(r"^\s*(python agent\.py --replay .*)$", quick_start, re.MULTILINE)
-    child = pexpect.spawn(
+    child = forked_agents.spawn(
         sys.executable, command.split()[1:], cwd=str(app), env=clean_env(LLM_API_KEY=""),
         encoding="utf-8", timeout=60, dimensions=(40, 200),
     )  # fmt: skip

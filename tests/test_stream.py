@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import forked_agents
 import pexpect
 import pytest
 from conftest import (
@@ -163,7 +164,7 @@ def test_a_stalled_stream_is_given_up_at_the_request_timeout(tmp_path):
 
 
 def spawn(server, *args: str, **settings: str) -> pexpect.spawn:
-    return pexpect.spawn(
+    return forked_agents.spawn(
         sys.executable,
         [str(ROOT / "agent.py"), *args],
         env=stub_env(server, **settings),

@@ -1,0 +1,218 @@
+"""Agent processes forked from forkserver.py, which has imported the model SDK once: the
+tests' side. spawn() is pexpect.spawn and run() is subprocess.run for `python agent.py ...`,
+half a second of CPU cheaper each. What the server cannot reproduce exactly goes the usual
+way: another program or script, other Python options, an environment that differs in what
+Python or the SDK read as they start, pexpect's options for the child (echo off, a preexec_fn,
+SIGHUP ignored), a system without pidfd_open (Linux's, which the server waits on)."""
+
+from __future__ import annotations
+
+import json
+import locale
+import os
+import selectors
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pexpect
+import ptyprocess
+
+SERVER_PROGRAM = Path(__file__).with_name("forkserver.py")
+# Read by Python or the SDK as they start, so the server's must be the agent's.
+READ_AT_START = ("PYTHON", "OPENAI_", "LC_", "LANG")
+
+
+class Server:
+    """One server for each test process, started when first asked for."""
+
+    def __init__(self, env: dict[str, str]):
+        self.folder = tempfile.mkdtemp(prefix="agent-test-forkserver-")
+        self.path = os.path.join(self.folder, "socket")
+        self.env = env
+        self.process = subprocess.Popen(
+            [sys.executable, str(SERVER_PROGRAM), self.path],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=self.folder,
+        )  # fmt: skip
+        if self.process.stdout.readline() != b"ready\n":
+            raise RuntimeError(f"{SERVER_PROGRAM.name} did not start")
+
+    def takes(self, argv: list[str], env: dict[str, str]) -> bool:
+        """Whether a child of the server is exactly what argv started with env would be."""
+        python, *rest = argv
+        if not rest or Path(rest[0]).name != "agent.py" or rest[0].startswith("-"):
+            return False
+        if os.path.realpath(python) != os.path.realpath(sys.executable):
+            return False
+        keys = {key for key in {*env, *self.env} if key.startswith(READ_AT_START)}
+        return all(env.get(key) == self.env.get(key) for key in keys)
+
+    def start(self, argv: list[str], env: dict, cwd: str, rows_columns, fds=()) -> Child:
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        connection.connect(self.path)
+        request = {"argv": argv[1:], "env": env, "cwd": cwd, "rows_columns": rows_columns}
+        socket.send_fds(connection, [json.dumps(request).encode() + b"\n"], list(fds))
+        return Child(connection)
+
+    def stop(self) -> None:
+        self.process.stdin.close()
+        self.process.wait()
+        self.process.stdout.close()
+        os.remove(self.path)
+        os.rmdir(self.folder)
+
+
+class Child:
+    """An agent the server forked: its pid, its terminal's master side if it has one, and
+    its wait status once the server reports it."""
+
+    def __init__(self, connection: socket.socket):
+        self.connection = connection
+        self.lines = b""
+        data, fds, _, _ = socket.recv_fds(connection, 4096, 1)
+        self.lines = data
+        self.pid = json.loads(self.next_line())["pid"]
+        self.master = fds[0] if fds else None
+        self.status = None
+
+    def next_line(self) -> bytes:
+        while b"\n" not in self.lines:
+            more = self.connection.recv(4096)
+            if not more:
+                raise RuntimeError("the fork server stopped answering")
+            self.lines += more
+        line, self.lines = self.lines.split(b"\n", 1)
+        return line
+
+    def poll(self, timeout: float | None = 0) -> int | None:
+        """The wait status, waiting up to timeout seconds (None: until it ends)."""
+        if self.status is None:
+            with selectors.DefaultSelector() as selector:
+                selector.register(self.connection, selectors.EVENT_READ)
+                if b"\n" in self.lines or selector.select(timeout):
+                    self.status = json.loads(self.next_line())["status"]
+                    self.connection.close()
+        return self.status
+
+
+class ForkedPty(ptyprocess.PtyProcess):
+    """ptyprocess's view of a forked child: the server, its parent, reports how it ended."""
+
+    def __init__(self, child: Child, argv, env, cwd):
+        super().__init__(child.pid, child.master)
+        self.child = child
+        self.argv, self.env, self.launch_dir = argv, env, cwd
+
+    def isalive(self) -> bool:
+        if self.terminated:
+            return False
+        status = self.child.poll(None if self.flag_eof else 0)
+        if status is None:
+            return True
+        self.status = status
+        self.exitstatus = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        self.signalstatus = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+        self.terminated = True
+        return False
+
+    def wait(self) -> int | None:
+        self.flag_eof = True  # poll until it ends
+        self.isalive()
+        return self.exitstatus
+
+
+class spawn(pexpect.spawn):
+    """pexpect.spawn, with `python agent.py ...` forked from the server where it can be."""
+
+    def _spawnpty(self, args, **kwargs):
+        argv = [os.fsdecode(arg) for arg in args]
+        env = dict(self.env if self.env is not None else os.environ)
+        plain = kwargs.get("echo", True) and not kwargs.get("preexec_fn") and not self.ignore_sighup
+        if not (plain and SERVER.takes(argv, env)):
+            return super()._spawnpty(args, **kwargs)
+        cwd = os.fspath(self.cwd) if self.cwd is not None else os.getcwd()
+        rows_columns = list(kwargs.get("dimensions", (24, 80)))
+        child = SERVER.start(argv, env, cwd, rows_columns)
+        return ForkedPty(child, argv, env, cwd)
+
+
+def run(
+    argv: list[str], *, input: str | None, env: dict, timeout: float, cwd
+) -> subprocess.CompletedProcess:
+    """subprocess.run(argv, input=input, capture_output=True, text=True, env=env,
+    timeout=timeout, cwd=cwd), the agent forked from the server where it can be."""
+    if input is None or not SERVER.takes(argv, env):
+        return subprocess.run(argv, input=input, capture_output=True, text=True, env=env,
+                              timeout=timeout, cwd=cwd)  # fmt: skip
+    stdin_read, stdin_write = os.pipe()
+    stdout_read, stdout_write = os.pipe()
+    stderr_read, stderr_write = os.pipe()
+    given = [stdin_read, stdout_write, stderr_write]
+    try:
+        child = SERVER.start(argv, env, os.fspath(cwd), None, given)
+    finally:
+        for fd in given:
+            os.close(fd)
+    outputs: dict[int, bytes] = {}
+
+    def read_all(fd: int) -> None:
+        with open(fd, "rb") as stream:
+            outputs[fd] = stream.read()
+
+    def write_all() -> None:
+        with open(stdin_write, "wb") as stream:
+            try:
+                stream.write(input.encode(locale.getpreferredencoding(False)))
+            except BrokenPipeError:
+                pass  # as subprocess.run: the child did not read it all
+
+    threads = [threading.Thread(target=read_all, args=(fd,)) for fd in (stdout_read, stderr_read)]
+    threads.append(threading.Thread(target=write_all))
+    for thread in threads:
+        thread.start()
+    status = child.poll(timeout)
+    if status is None:
+        os.kill(child.pid, 9)
+        child.poll(None)
+    for thread in threads:
+        thread.join()
+    out, err = (text(outputs[fd]) for fd in (stdout_read, stderr_read))
+    if status is None:
+        raise subprocess.TimeoutExpired(argv, timeout, out, err)
+    return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
+
+
+def text(data: bytes) -> str:
+    """As subprocess.run(text=True) decodes: the locale's encoding, universal newlines."""
+    decoded = data.decode(locale.getpreferredencoding(False))
+    return decoded.replace("\r\n", "\n").replace("\r", "\n")
+
+
+class Lazy:
+    """The server, started at the first agent it is asked for (its environment is given by
+    conftest, as the agents' own)."""
+
+    def __init__(self):
+        self.server: Server | None = None
+        self.env: dict[str, str] | None = None
+
+    def takes(self, argv, env) -> bool:
+        if not hasattr(os, "pidfd_open") or self.env is None or os.environ.get("XOFF"):
+            return False
+        if self.server is None:
+            self.server = Server(self.env)
+        return self.server.takes(argv, env)
+
+    def start(self, *args, **kwargs) -> Child:
+        return self.server.start(*args, **kwargs)
+
+    def stop(self) -> None:
+        if self.server:
+            self.server.stop()
+            self.server = None
+
+
+SERVER = Lazy()
