@@ -163,11 +163,14 @@ def run(
             outputs[fd] = stream.read()
 
     def write_all() -> None:
-        with open(stdin_write, "wb") as stream:
-            try:
-                stream.write(input.encode(locale.getpreferredencoding(False)))
-            except BrokenPipeError:
-                pass  # as subprocess.run: the child did not read it all
+        data = input.encode(locale.getpreferredencoding(False))
+        try:
+            while data:
+                data = data[os.write(stdin_write, data) :]
+        except BrokenPipeError:
+            pass  # as subprocess.run: the child did not read it all
+        finally:
+            os.close(stdin_write)
 
     threads = [threading.Thread(target=read_all, args=(fd,)) for fd in (stdout_read, stderr_read)]
     threads.append(threading.Thread(target=write_all))

@@ -38,6 +38,9 @@ import openai.lib.streaming.chat  # noqa: F401
 import openai.types.chat  # noqa: F401
 
 CHILD = 0
+# Whether Python started with its standard streams unbuffered (-u, PYTHONUNBUFFERED), as every
+# child does: the server's environment is theirs in what Python reads as it starts.
+UNBUFFERED = sys.stdout.write_through
 
 
 class Server:
@@ -85,10 +88,12 @@ class Server:
             run_agent(request["argv"], request["env"], request["cwd"])  # never returns
         for fd in fds:
             os.close(fd)
-        socket.send_fds(
-            connection, [json.dumps({"pid": pid}).encode() + b"\n"], [master] if master else []
-        )
-        if master is not None:
+        answer = json.dumps({"pid": pid}).encode() + b"\n"
+        if master is None:
+            socket.send_fds(connection, [answer], [])
+        else:  # the size set, as pexpect sets it, before the test has the terminal
+            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", *rows_columns, 0, 0))
+            socket.send_fds(connection, [answer], [master])
             os.close(master)
         pidfd = os.pidfd_open(pid)
         self.children[pidfd] = (pid, connection)
@@ -135,19 +140,19 @@ def run_agent(argv: list[str], env: dict[str, str], cwd: str) -> None:
 
 def standard_stream(fd: int, name: str, mode: str, like: io.TextIOWrapper) -> io.TextIOWrapper:
     """The stream Python makes for fd at start-up (Python/pylifecycle.c, create_stdio): stdin
-    always buffered; stdout and stderr unbuffered under PYTHONUNBUFFERED, else line-buffered on
-    a terminal (stderr always); the encoding and errors are the same environment's."""
-    unbuffered = "w" in mode and like.write_through
-    binary = open(fd, mode + "b", buffering=0 if unbuffered else -1, closefd=False)
-    raw = binary if unbuffered else binary.raw
+    always buffered, stdout and stderr unbuffered under PYTHONUNBUFFERED; when buffered,
+    line-buffered on a terminal (stderr always); the same environment's encoding and errors."""
+    buffered = not UNBUFFERED
+    binary = open(fd, mode + "b", buffering=-1 if buffered or mode == "r" else 0, closefd=False)
+    raw = getattr(binary, "raw", binary)
     raw.name = name
     stream = io.TextIOWrapper(
         binary,
         encoding=like.encoding,
         errors=like.errors,
         newline="\n",
-        line_buffering=not unbuffered and (fd == 2 or raw.isatty()),
-        write_through=unbuffered,
+        line_buffering=buffered and (fd == 2 or raw.isatty()),
+        write_through=not buffered,
     )
     stream.mode = mode
     return stream
