@@ -22,7 +22,10 @@ def short_arguments(arguments: str) -> str:
 def one_line(text: object, width: int = 100) -> str:
     """text on one line, shortened to width columns with "...", control characters as
     escapes (a wide character takes two columns)."""
-    flat = visible(" ".join(str(text).split()))
+    collapsed = " ".join(str(text).split())
+    # Only what can show is escaped: each character escapes to one or more, so the first
+    # width + 1 decide both whether it fits and where it is cut (a 10 MB argument took seconds).
+    flat = visible(collapsed[: width + 1])
     if len(flat) <= width and columns_of(flat) <= width:
         return flat
     return "".join(fitting(list(flat[:width]), width - 3)) + "..."
@@ -33,6 +36,8 @@ def visible(text: str, keep: str = "") -> str:
     escape (ESC as \\x1b, a carriage return as \\r, U+202E as \\u202e): control characters
     (C0, DEL, C1), format characters (bidi and invisible ones), line and paragraph separators,
     whatever str.isprintable() refuses. The characters in keep stay as they are."""
+    if text.isprintable():  # the common case, at C's speed
+        return text
     return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
 
 
