@@ -50,6 +50,8 @@ class Serving:
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(body)))
+                if status >= 500:  # the SDK asks again at once: its back-off is not tested here
+                    self.send_header("retry-after-ms", "1")
                 self.end_headers()
                 self.wfile.write(body)
 
