@@ -212,7 +212,7 @@ def test_a_summary_inside_a_run_keeps_strict_turns(workdir, tmp_path):
     "failure",
     [
         [Fail(400, "Invalid request: the messages are too odd for this server")],
-        [Fail(500, "the model crashed")] * 3,  # the SDK tries a 500 three times
+        [Fail(500, "the model crashed", {"retry-after-ms": "10"})] * 3,  # the SDK tries 3 times
     ],
     ids=["400", "500"],
 )
