@@ -269,6 +269,13 @@ def app(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def quick_retries(monkeypatch) -> None:
+    """The SDK's back-off between its tries (0.5 s, then 1 s) made 10 ms, in this process: for
+    the tests whose server fails every try, where the tries are checked, not the waits."""
+    monkeypatch.setattr("openai._base_client.INITIAL_RETRY_DELAY", 0.01)
+
+
+@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     folder = tmp_path / "work"
     folder.mkdir()
