@@ -1,21 +1,20 @@
 """Agent processes forked from forkserver.py, which has imported the model SDK once: the
-tests' side. spawn() is pexpect.spawn and run() is subprocess.run for `python agent.py ...`,
-half a second of CPU cheaper each. What the server cannot reproduce exactly goes the usual
-way: another program or script, other Python options, an environment that differs in what
-Python or the SDK read as they start, pexpect's options for the child (echo off, a preexec_fn,
-SIGHUP ignored), a system without pidfd_open (Linux's, which the server waits on)."""
+tests' side. spawn() is pexpect.spawn, Popen subprocess.Popen and run() subprocess.run for
+`python agent.py ...`, half a second of CPU cheaper each. What the server cannot reproduce
+exactly goes the usual way: another program or script, other Python options, an environment
+that differs in what Python or the SDK read as they start, options for the child (pexpect's
+echo off or SIGHUP ignored, Popen's new session, user or umask, a preexec_fn), a system
+without pidfd_open (Linux's, which the server waits on)."""
 
 from __future__ import annotations
 
 import json
-import locale
 import os
 import selectors
 import socket
 import subprocess
 import sys
 import tempfile
-import threading
 from pathlib import Path
 
 import pexpect
@@ -139,59 +138,70 @@ class spawn(pexpect.spawn):
         return ForkedPty(child, argv, env, cwd)
 
 
+class Popen(subprocess.Popen):
+    """subprocess.Popen, with `python agent.py ...` forked from the server where it can be
+    (started with none of Popen's options for the child: no new session, user or umask)."""
+
+    forked: Child | None = None
+
+    def _execute_child(self, args, executable, preexec_fn, close_fds, pass_fds, cwd, env,
+                       startupinfo, creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite,
+                       errread, errwrite, restore_signals, gid, gids, uid, umask,
+                       start_new_session, process_group):  # fmt: skip
+        argv = None if isinstance(args, (str, bytes, os.PathLike)) else list(map(os.fsdecode, args))
+        options = (executable, preexec_fn, pass_fds, shell, gid, gids, uid, start_new_session)
+        plain = not any(options) and close_fds and restore_signals and umask < 0
+        plain = plain and process_group in (None, -1)
+        if not (argv and plain and SERVER.takes(argv, dict(os.environ if env is None else env))):
+            return super()._execute_child(
+                args, executable, preexec_fn, close_fds, pass_fds, cwd, env, startupinfo,
+                creationflags, shell, p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite,
+                restore_signals, gid, gids, uid, umask, start_new_session, process_group,
+            )  # fmt: skip
+        given = [
+            number if fd == -1 else fd for number, fd in enumerate((p2cread, c2pwrite, errwrite))
+        ]
+        try:
+            where = os.getcwd() if cwd is None else os.fspath(cwd)
+            self.forked = SERVER.start(
+                argv, dict(os.environ if env is None else env), where, None, given
+            )
+            self.pid = self.forked.pid
+            self._child_created = True
+        finally:
+            self._close_pipe_fds(p2cread, p2cwrite, c2pread, c2pwrite, errread, errwrite)
+
+    def _try_wait(self, wait_flags):
+        if self.forked is None:
+            return super()._try_wait(wait_flags)
+        status = self.forked.poll(0 if wait_flags & os.WNOHANG else None)
+        return (0, 0) if status is None else (self.pid, status)
+
+    def _internal_poll(self, _deadstate=None, **ignored):
+        if self.forked is None:
+            return super()._internal_poll(_deadstate)
+        if self.returncode is None:
+            status = self.forked.poll(0)
+            if status is not None:
+                self._handle_exitstatus(status)
+        return self.returncode
+
+
 def run(
     argv: list[str], *, input: str | None, env: dict, timeout: float, cwd
 ) -> subprocess.CompletedProcess:
     """subprocess.run(argv, input=input, capture_output=True, text=True, env=env,
     timeout=timeout, cwd=cwd), the agent forked from the server where it can be."""
-    if input is None or not SERVER.takes(argv, env):
-        return subprocess.run(argv, input=input, capture_output=True, text=True, env=env,
-                              timeout=timeout, cwd=cwd)  # fmt: skip
-    stdin_read, stdin_write = os.pipe()
-    stdout_read, stdout_write = os.pipe()
-    stderr_read, stderr_write = os.pipe()
-    given = [stdin_read, stdout_write, stderr_write]
-    try:
-        child = SERVER.start(argv, env, os.fspath(cwd), None, given)
-    finally:
-        for fd in given:
-            os.close(fd)
-    outputs: dict[int, bytes] = {}
-
-    def read_all(fd: int) -> None:
-        with open(fd, "rb") as stream:
-            outputs[fd] = stream.read()
-
-    def write_all() -> None:
-        data = input.encode(locale.getpreferredencoding(False))
+    stdin = None if input is None else subprocess.PIPE
+    pipe = subprocess.PIPE
+    with Popen(argv, stdin=stdin, stdout=pipe, stderr=pipe, text=True, env=env, cwd=cwd) as process:
         try:
-            while data:
-                data = data[os.write(stdin_write, data) :]
-        except BrokenPipeError:
-            pass  # as subprocess.run: the child did not read it all
-        finally:
-            os.close(stdin_write)
-
-    threads = [threading.Thread(target=read_all, args=(fd,)) for fd in (stdout_read, stderr_read)]
-    threads.append(threading.Thread(target=write_all))
-    for thread in threads:
-        thread.start()
-    status = child.poll(timeout)
-    if status is None:
-        os.kill(child.pid, 9)
-        child.poll(None)
-    for thread in threads:
-        thread.join()
-    out, err = (text(outputs[fd]) for fd in (stdout_read, stderr_read))
-    if status is None:
-        raise subprocess.TimeoutExpired(argv, timeout, out, err)
-    return subprocess.CompletedProcess(argv, os.waitstatus_to_exitcode(status), out, err)
-
-
-def text(data: bytes) -> str:
-    """As subprocess.run(text=True) decodes: the locale's encoding, universal newlines."""
-    decoded = data.decode(locale.getpreferredencoding(False))
-    return decoded.replace("\r\n", "\n").replace("\r", "\n")
+            out, err = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:  # as subprocess.run does
+            process.kill()
+            process.wait()
+            raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
 
 
 class Lazy:
@@ -203,7 +213,7 @@ class Lazy:
         self.env: dict[str, str] | None = None
 
     def takes(self, argv, env) -> bool:
-        if not hasattr(os, "pidfd_open") or self.env is None or os.environ.get("XOFF"):
+        if not hasattr(os, "pidfd_open") or self.env is None:
             return False
         if self.server is None:
             self.server = Server(self.env)

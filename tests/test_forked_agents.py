@@ -181,3 +181,19 @@ def test_a_forked_agent_can_be_signalled_and_waited_for(probe, tmp_path):
     with pytest.raises(subprocess.TimeoutExpired):
         forked_agents.run([sys.executable, str(probe), "sleep"], input="", env=clean_env(),
                           timeout=0.5, cwd=tmp_path)  # fmt: skip
+
+
+@pytest.mark.linux("pidfd_open")
+@pytest.mark.parametrize("number", [signal.SIGINT, signal.SIGTERM])
+def test_a_forked_agent_on_pipes_ends_by_a_signal_as_a_new_one(probe, tmp_path, number):
+    codes = []
+    for starts in (forked_agents.Popen, subprocess.Popen):
+        with starts([sys.executable, str(probe), "sleep"], stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=clean_env(),
+                    cwd=tmp_path) as process:  # fmt: skip
+            assert process.poll() is None
+            with pytest.raises(subprocess.TimeoutExpired):
+                process.wait(0.2)  # started (Python handles SIGINT by then), and still alive
+            process.send_signal(number)
+            codes.append((process.wait(30), process.stdout.read()))
+    assert codes[0] == codes[1] and codes[0][0] == -number

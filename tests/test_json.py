@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 
+import forked_agents
 import jsonschema
 import pytest
 from conftest import ROOT, clean_env, run_agent, run_in_process, stub_env, wait_for
@@ -134,7 +135,7 @@ def test_json_events_stream_each_step_as_it_happens_and_end_with_the_record(work
         reply("done"),
     ]
     with StubServer(script) as server:
-        proc = subprocess.Popen(
+        proc = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
              "--json-events", "write out.txt"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stub_env(server),
@@ -165,7 +166,7 @@ def test_json_events_stream_each_step_as_it_happens_and_end_with_the_record(work
 def test_ctrl_c_gives_the_record_with_status_interrupted_and_exit_130(workdir, option):
     script = [reply(None, tool_call("run_shell", {"command": "touch started; sleep 60"}, "c1"))]
     with StubServer(script) as server:
-        proc = subprocess.Popen(
+        proc = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes", option,
              "wait"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=stub_env(server),
@@ -321,7 +322,7 @@ def test_the_ctrl_d_hint_only_where_a_person_may_be_typing(workdir):
         )  # fmt: skip
         os.close(read_end)
     with StubServer([reply("two")]) as server:
-        typed = subprocess.Popen(
+        typed = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--json"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             env=stub_env(server),
@@ -349,7 +350,7 @@ def test_a_reader_of_json_events_gets_the_first_event_while_the_model_is_still_a
     with StubServer([Streamed(reply("done"), hold=held)]) as server:
         env = stub_env(server)
         env.pop("PYTHONUNBUFFERED", None)  # a pipe gets block-buffered output, as for users
-        proc = subprocess.Popen(
+        proc = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--stream",
              "--json-events", "go"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import forked_agents
 import pytest
 from conftest import ROOT, alive, run_agent, stub_env, wait_for
 from fake_model import reply, tool_call
@@ -104,7 +105,7 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     command = "sleep 60 & echo $! > child.pid; wait"
     script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
     with StubServer(script) as server:
-        agent_process = subprocess.Popen(
+        agent_process = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes", "wait"],
             env=stub_env(server), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
@@ -150,7 +151,7 @@ def many_files(workdir: Path, count: int = 3000) -> None:
 
 
 def events_agent(server, workdir: Path, task: str = "wait") -> subprocess.Popen:
-    return subprocess.Popen(
+    return forked_agents.Popen(
         [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
          "--json-events", task],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
