@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import forked_agents
 import pytest
 from conftest import (
     ROOT,
@@ -77,7 +78,7 @@ def test_piped_chat_answers_each_turn_as_it_ends_with_a_fresh_step_budget(workdi
     with StubServer(script) as server:
         env = stub_env(server)
         env.pop("PYTHONUNBUFFERED", None)  # a pipe gets block-buffered output, as for users
-        proc = subprocess.Popen(
+        proc = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--chat",
              "--max-steps", "2", "first question"],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+import forked_agents
 import pytest
 from conftest import ROOT, clean_env, run_agent, run_in_process, saved_messages, stub_env, wait_for
 from fake_model import reply, tool_call
@@ -397,7 +398,7 @@ def test_shell_commands_get_no_stdin_while_the_agents_stdin_is_an_open_pipe(work
         final("done"),
     ]
     with StubServer(script, api_key=KEY) as server:
-        agent_process = subprocess.Popen(
+        agent_process = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir), "--yes",
              "--timeout", "20", "read a line"],
             env=stub_env(server), stdin=subprocess.PIPE, stdout=subprocess.PIPE,

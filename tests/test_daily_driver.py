@@ -71,7 +71,7 @@ def test_sessions_into_a_pipe_closed_early_ends_quietly(workdir, sessions):
         env = stub_env(server, LLM_SESSIONS_DIR=str(sessions))
     for option in ("--sessions", "--show"):
         args = [option] + ([str(next(sessions.glob("*.jsonl")))] if option == "--show" else [])
-        proc = subprocess.Popen(
+        proc = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), *args], env=env, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True,
         )  # fmt: skip

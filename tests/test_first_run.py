@@ -505,7 +505,7 @@ def test_a_bad_file_option_is_named(tmp_path, workdir, make_args, phrases):
 
 def test_reading_the_task_from_a_pipe_says_so_first_and_how_to_end_it(workdir):
     with StubServer([reply("got it")], api_key=KEY) as server:
-        proc = subprocess.Popen(
+        proc = forked_agents.Popen(
             [sys.executable, str(ROOT / "agent.py"), "--workdir", str(workdir)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env=stub_env(server), text=True,

@@ -15,7 +15,7 @@ import pexpect
 import pytest
 from conftest import clean_env
 
-PROBE = r'''
+PROBE = r"""
 import atexit, json, os, signal, stat, sys, threading
 
 def handler(number):
@@ -76,7 +76,7 @@ elif how == "sleep":
     __import__("time").sleep(60)
 elif how == "thread":
     threading.Thread(target=lambda: (__import__("time").sleep(0.3), print("thread done"))).start()
-'''
+"""
 
 ENDINGS = [["report"], ["exit", "3"], ["exit text"], ["raise"], ["interrupt"], ["terminated"],
            ["thread"], ["returns"]]  # fmt: skip
