@@ -49,6 +49,9 @@
     (the call's arguments) with edit_file against write_file, and the agent's own time to apply
     the edit (execute_tool_call: read, match, review, write; target at most 50 ms for 20,000
     lines), beside the undo recording's walk of that step (in-process).
+(o) the test suite's agents: a one-reply run of `python agent.py` forked from
+    tests/forkserver.py (which imported the SDK once) against the same run as a new process:
+    the CPU of each (user and system; target under 0.4x), their outputs alike.
 Runs alternate between the two sides, and the figures are medians, so load on a shared
 machine hits both alike. Everything talks to a stub server on 127.0.0.1; the conversations are
 saved in a temporary folder, not the user's sessions folder.
@@ -76,7 +79,7 @@ ROOT = Path(__file__).resolve().parent.parent
 AGENT = str(ROOT / "agent.py")
 KEY = "bench-key"
 SESSIONS = tempfile.TemporaryDirectory(prefix="agent-bench-sessions-")  # removed at exit
-FIGURES = "abcdefghijklmn"
+FIGURES = "abcdefghijklmno"
 
 # Both bare loops end as the agent does (figure (i)): Python's last collection is skipped, so
 # (b) and (e) compare the loops, not the ways of exiting.
@@ -544,6 +547,41 @@ def edit_cost(rounds: int) -> dict[int, dict]:
     return figures
 
 
+def forked_agent_cost(rounds: int) -> tuple[float, float]:
+    """Median CPU seconds of a one-reply run forked from the suite's fork server, and of the
+    same run as a new process (Linux: the server's children are counted in /proc)."""
+    import forked_agents
+
+    def server_children_cpu() -> float:
+        fields = Path(f"/proc/{forked_agents.SERVER.server.process.pid}/stat").read_text()
+        cutime, cstime = fields.rsplit(")", 1)[1].split()[13:15]
+        return (int(cutime) + int(cstime)) / os.sysconf("SC_CLK_TCK")
+
+    forked, new = [], []
+    with (
+        StubServer([reply("hi")] * (2 * rounds + 1), api_key=KEY) as server,
+        tempfile.TemporaryDirectory() as work,
+    ):
+        env = env_for(server)
+        forked_agents.SERVER.env = env
+        command = [sys.executable, AGENT, "--workdir", work, "--no-save", "say hi"]
+        forked_agents.run(command, input="", env=env, timeout=60, cwd=work)  # the server starts
+        try:
+            for _ in range(rounds):
+                before = server_children_cpu()
+                done = forked_agents.run(command, input="", env=env, timeout=60, cwd=work)
+                forked.append(server_children_cpu() - before)
+                before = children_cpu()
+                fresh = subprocess.run(command, input="", capture_output=True, text=True, env=env,
+                                       timeout=60, cwd=work)  # fmt: skip
+                new.append(children_cpu() - before)
+                alike = (done.returncode, done.stdout) == (fresh.returncode, fresh.stdout)
+                assert alike and done.returncode == 0, (done, fresh)
+        finally:
+            forked_agents.SERVER.stop()
+    return statistics.median(forked), statistics.median(new)
+
+
 def children_cpu() -> float:
     """CPU seconds (user and system) of this process's children that have ended so far."""
     import resource
@@ -672,6 +710,12 @@ def main() -> int:
         )
         print(f"(n) a one-line change, edit_file vs write_file: {shown} (target: applied in "
               "<= 50 ms for 20,000 lines)")  # fmt: skip
+    if "o" in figures:
+        forked, new = forked_agent_cost(rounds * 3)
+        ok &= forked / new < 0.4
+        print(f"(o) the suite's agents: a one-reply run forked from tests/forkserver.py "
+              f"{forked * 1000:.0f} ms of CPU vs a new process {new * 1000:.0f} ms: "
+              f"{forked / new:.2f}x (target < 0.4x)")  # fmt: skip
     print("all within target" if ok else "NOT within target")
     return 0 if ok else 1
 
