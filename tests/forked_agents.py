@@ -44,8 +44,8 @@ class Server:
         python, *rest = argv
         if not rest or Path(rest[0]).name != "agent.py" or rest[0].startswith("-"):
             return False
-        if os.path.realpath(python) != os.path.realpath(sys.executable):
-            return False
+        if os.path.abspath(python) != os.path.abspath(sys.executable):
+            return False  # a venv's python links to another, which has not the venv's packages
         keys = {key for key in {*env, *self.env} if key.startswith(READ_AT_START)}
         return all(env.get(key) == self.env.get(key) for key in keys)
 

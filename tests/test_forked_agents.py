@@ -6,6 +6,7 @@ must be the same."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -116,6 +117,8 @@ def test_the_server_serves_agent_py_and_nothing_else(probe):
         "python -X utf8": [sys.executable, "-X", "utf8", str(probe)],
         "another python": ["/usr/bin/python3", str(probe)],
     }
+    if os.path.realpath(sys.executable) != sys.executable:  # a venv: its python is a link
+        refused["the python a venv links to"] = [os.path.realpath(sys.executable), str(probe)]
     for why, argv in refused.items():
         assert not forked_agents.SERVER.takes(argv, env), why
     for key, value in [("PYTHONIOENCODING", "latin-1"), ("LANG", "C"), ("LC_ALL", "C"),
