@@ -76,7 +76,7 @@ elif how == "terminated":
 elif how == "sleep":
     __import__("time").sleep(60)
 elif how == "thread":
-    threading.Thread(target=lambda: (__import__("time").sleep(0.3), print("thread done"))).start()
+    threading.Thread(target=lambda: (__import__("time").sleep(0.1), print("thread done"))).start()
 """
 
 ENDINGS = [["report"], ["exit", "3"], ["exit text"], ["raise"], ["interrupt"], ["terminated"],
