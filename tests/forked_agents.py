@@ -18,7 +18,11 @@ import tempfile
 from pathlib import Path
 
 import pexpect
-import ptyprocess
+
+try:
+    import ptyprocess
+except ImportError:  # Windows: no pseudo-terminal (the tests that need one skip there)
+    ptyprocess = None
 
 SERVER_PROGRAM = Path(__file__).with_name("forkserver.py")
 # Read by Python or the SDK as they start, so the server's must be the agent's.
@@ -42,7 +46,7 @@ class Server:
     def takes(self, argv: list[str], env: dict[str, str]) -> bool:
         """Whether a child of the server is exactly what argv started with env would be."""
         python, *rest = argv
-        if not rest or Path(rest[0]).name != "agent.py" or rest[0].startswith("-"):
+        if not rest or Path(rest[0]).name != "agent.py":
             return False
         if os.path.abspath(python) != os.path.abspath(sys.executable):
             return False  # a venv's python links to another, which has not the venv's packages
@@ -70,9 +74,7 @@ class Child:
 
     def __init__(self, connection: socket.socket):
         self.connection = connection
-        self.lines = b""
-        data, fds, _, _ = socket.recv_fds(connection, 4096, 1)
-        self.lines = data
+        self.lines, fds, _, _ = socket.recv_fds(connection, 4096, 1)
         self.pid = json.loads(self.next_line())["pid"]
         self.master = fds[0] if fds else None
         self.status = None
@@ -97,45 +99,48 @@ class Child:
         return self.status
 
 
-class ForkedPty(ptyprocess.PtyProcess):
-    """ptyprocess's view of a forked child: the server, its parent, reports how it ended."""
+if ptyprocess:  # a child on a terminal of its own: pexpect's spawn
 
-    def __init__(self, child: Child, argv, env, cwd):
-        super().__init__(child.pid, child.master)
-        self.child = child
-        self.argv, self.env, self.launch_dir = argv, env, cwd
+    class ForkedPty(ptyprocess.PtyProcess):
+        """ptyprocess's view of a forked child: the server, its parent, reports how it ended."""
 
-    def isalive(self) -> bool:
-        if self.terminated:
+        def __init__(self, child: Child, argv, env, cwd):
+            super().__init__(child.pid, child.master)
+            self.child = child
+            self.argv, self.env, self.launch_dir = argv, env, cwd
+
+        def isalive(self) -> bool:
+            if self.terminated:
+                return False
+            status = self.child.poll(None if self.flag_eof else 0)
+            if status is None:
+                return True
+            self.status = status
+            self.exitstatus = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+            self.signalstatus = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+            self.terminated = True
             return False
-        status = self.child.poll(None if self.flag_eof else 0)
-        if status is None:
-            return True
-        self.status = status
-        self.exitstatus = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        self.signalstatus = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        self.terminated = True
-        return False
 
-    def wait(self) -> int | None:
-        self.flag_eof = True  # poll until it ends
-        self.isalive()
-        return self.exitstatus
+        def wait(self) -> int | None:
+            self.flag_eof = True  # poll until it ends
+            self.isalive()
+            return self.exitstatus
 
+    class spawn(pexpect.spawn):
+        """pexpect.spawn, with `python agent.py ...` forked from the server where it can be."""
 
-class spawn(pexpect.spawn):
-    """pexpect.spawn, with `python agent.py ...` forked from the server where it can be."""
-
-    def _spawnpty(self, args, **kwargs):
-        argv = [os.fsdecode(arg) for arg in args]
-        env = dict(self.env if self.env is not None else os.environ)
-        plain = kwargs.get("echo", True) and not kwargs.get("preexec_fn") and not self.ignore_sighup
-        if not (plain and SERVER.takes(argv, env)):
-            return super()._spawnpty(args, **kwargs)
-        cwd = os.fspath(self.cwd) if self.cwd is not None else os.getcwd()
-        rows_columns = list(kwargs.get("dimensions", (24, 80)))
-        child = SERVER.start(argv, env, cwd, rows_columns)
-        return ForkedPty(child, argv, env, cwd)
+        def _spawnpty(self, args, **kwargs):
+            argv = [os.fsdecode(arg) for arg in args]
+            env = dict(self.env if self.env is not None else os.environ)
+            plain = (
+                kwargs.get("echo", True) and not kwargs.get("preexec_fn") and not self.ignore_sighup
+            )
+            if not (plain and SERVER.takes(argv, env)):
+                return super()._spawnpty(args, **kwargs)
+            cwd = os.fspath(self.cwd) if self.cwd is not None else os.getcwd()
+            rows_columns = list(kwargs.get("dimensions", (24, 80)))
+            child = SERVER.start(argv, env, cwd, rows_columns)
+            return ForkedPty(child, argv, env, cwd)
 
 
 class Popen(subprocess.Popen):
