@@ -35,23 +35,12 @@ class Server:
     def __init__(self, env: dict[str, str]):
         self.folder = tempfile.mkdtemp(prefix="agent-test-forkserver-")
         self.path = os.path.join(self.folder, "socket")
-        self.env = env
         self.process = subprocess.Popen(
             [sys.executable, str(SERVER_PROGRAM), self.path],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, cwd=self.folder,
         )  # fmt: skip
         if self.process.stdout.readline() != b"ready\n":
             raise RuntimeError(f"{SERVER_PROGRAM.name} did not start")
-
-    def takes(self, argv: list[str], env: dict[str, str]) -> bool:
-        """Whether a child of the server is exactly what argv started with env would be."""
-        python, *rest = argv
-        if not rest or Path(rest[0]).name != "agent.py":
-            return False
-        if os.path.abspath(python) != os.path.abspath(sys.executable):
-            return False  # a venv's python links to another, which has not the venv's packages
-        keys = {key for key in {*env, *self.env} if key.startswith(READ_AT_START)}
-        return all(env.get(key) == self.env.get(key) for key in keys)
 
     def start(self, argv: list[str], env: dict, cwd: str, rows_columns, fds=()) -> Child:
         connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -210,19 +199,29 @@ def run(
 
 
 class Lazy:
-    """The server, started at the first agent it is asked for (its environment is given by
+    """The server, started at the first agent it can fork (its environment is given by
     conftest, as the agents' own)."""
 
     def __init__(self):
         self.server: Server | None = None
         self.env: dict[str, str] | None = None
 
-    def takes(self, argv, env) -> bool:
+    def takes(self, argv: list[str], env: dict[str, str]) -> bool:
+        """Whether a child of the server is exactly what argv started with env would be; the
+        server starts at the first such agent."""
         if not hasattr(os, "pidfd_open") or self.env is None:
+            return False
+        python, *rest = argv
+        if not rest or Path(rest[0]).name != "agent.py":
+            return False
+        if os.path.abspath(python) != os.path.abspath(sys.executable):
+            return False  # a venv's python links to another, which has not the venv's packages
+        keys = {key for key in {*env, *self.env} if key.startswith(READ_AT_START)}
+        if any(env.get(key) != self.env.get(key) for key in keys):
             return False
         if self.server is None:
             self.server = Server(self.env)
-        return self.server.takes(argv, env)
+        return True
 
     def start(self, *args, **kwargs) -> Child:
         return self.server.start(*args, **kwargs)

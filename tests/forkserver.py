@@ -79,7 +79,7 @@ class Server:
         if pid == CHILD:
             self.close_all(connection)
             if rows_columns:
-                fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", *rows_columns, 0, 0))
+                set_window_size(0, rows_columns)
             else:
                 for number, fd in enumerate(fds):
                     os.dup2(fd, number)
@@ -92,7 +92,7 @@ class Server:
         if master is None:
             socket.send_fds(connection, [answer], [])
         else:  # the size set, as pexpect sets it, before the test has the terminal
-            fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", *rows_columns, 0, 0))
+            set_window_size(master, rows_columns)
             socket.send_fds(connection, [answer], [master])
             os.close(master)
         pidfd = os.pidfd_open(pid)
@@ -118,6 +118,10 @@ class Server:
         self.selector.close()
         self.listener.close()
         connection.close()
+
+
+def set_window_size(fd: int, rows_columns: list[int]) -> None:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *rows_columns, 0, 0))
 
 
 def run_agent(argv: list[str], env: dict[str, str], cwd: str) -> None:
