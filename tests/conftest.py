@@ -142,16 +142,19 @@ def stub_env(server, **settings: str) -> dict[str, str]:
 
 
 def run_agent(
-    *args: str, env: dict, stdin: str | None = "", timeout: float = 60, script: Path | None = None
-) -> subprocess.CompletedProcess:
-    """Run `python agent.py ARGS` as a user would, in a separate process."""
-    return forked_agents.run(
-        [sys.executable, str(script or ROOT / "agent.py"), *args],
-        input=stdin,
-        env=env,
-        timeout=timeout,
-        cwd=ROOT / "tests",  # not the project folder: nothing may depend on the cwd
-    )
+    *args: str, env: dict, stdin: str | None = "", timeout: float = 60, script: Path | None = None,
+    fork: bool = True,
+) -> subprocess.CompletedProcess:  # fmt: skip
+    """Run `python agent.py ARGS` as a user would, in a separate process: forked by the suite's
+    fork server where that changes nothing the test sees (forked_agents.py); fork=False starts
+    a new interpreter, for a test that times the process from its start (the SDK's import
+    included, as a user waits for it)."""
+    argv = [sys.executable, str(script or ROOT / "agent.py"), *args]
+    where = ROOT / "tests"  # not the project folder: nothing may depend on the cwd
+    if fork:
+        return forked_agents.run(argv, input=stdin, env=env, timeout=timeout, cwd=where)
+    return subprocess.run(argv, input=stdin, capture_output=True, text=True, env=env,
+                          timeout=timeout, cwd=where)  # fmt: skip
 
 
 def run_in_process(
