@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 import forked_agents  # noqa: E402
+import rewritten_once  # noqa: E402
 
 import agent  # noqa: E402
 from minimal_agent import cli  # noqa: E402
@@ -75,6 +76,28 @@ def pytest_configure(config):
             strategies.text().validate()
 
 
+REWRITTEN = pytest.StashKey[Path]()  # the controller's folder of rewritten test modules
+
+
+def pytest_sessionstart(session):
+    """The controller of pytest-xdist's workers rewrites the test modules' asserts before
+    they start, and each worker reads them (rewritten_once.py)."""
+    config = session.config
+    if config.pluginmanager.has_plugin("dsession") and config.option.assertmode == "rewrite":
+        config.stash[REWRITTEN] = Path(tempfile.mkdtemp(prefix="agent-test-rewritten-"))
+        sources = rewritten_once.test_modules(config)
+        rewritten_once.rewrite_into(config.stash[REWRITTEN], config, sources)
+    elif "rewritten" in getattr(config, "workerinput", {}):
+        rewritten_once.read_from(Path(config.workerinput["rewritten"]))
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown when it is not loaded
+def pytest_configure_node(node):
+    """A worker reads the test modules the controller rewrote (rewritten_once.py)."""
+    if REWRITTEN in node.config.stash:
+        node.workerinput["rewritten"] = str(node.config.stash[REWRITTEN])
+
+
 def pytest_xdist_auto_num_workers(config):
     """How many workers `-n auto` (pyproject.toml's addopts) starts: two a core, at most 8, as
     a test often waits for a server, a command or an agent process (on two cores, in a fresh
@@ -94,8 +117,9 @@ def pytest_xdist_auto_num_workers(config):
 def pytest_unconfigure(config):
     """The test process's folders go with it (in each pytest-xdist worker too)."""
     forked_agents.SERVER.stop()
-    for folder in (SESSIONS, NO_CERTIFICATES, WITHOUT_TRIO):
-        shutil.rmtree(folder, ignore_errors=True)
+    for folder in (SESSIONS, NO_CERTIFICATES, WITHOUT_TRIO, config.stash.get(REWRITTEN, None)):
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(config, items):
