@@ -1,11 +1,13 @@
 """An MCP server of the standard library only (it runs inside the sandbox, which has no
 virtual environment), speaking just enough of the protocol over stdio, for tests/test_mcp.py.
 `raw_server.py MODE`: "ok" answers; "junk" writes a line of junk before each answer; "flood"
-writes junk forever; "silent" never answers; "slow-call" never answers a tool call; "noisy"
-answers, and writes on stderr without end."""
+writes junk forever, a 10 KB line a millisecond (as fast as it could, the agent's reading of
+it cost 5 s of CPU a test); "silent" never answers; "slow-call" never answers a tool call;
+"noisy" answers, and writes on stderr without end."""
 
 import json
 import sys
+import time
 
 MODE = sys.argv[1] if len(sys.argv) > 1 else "ok"
 TOOLS = [
@@ -61,6 +63,7 @@ if MODE == "noisy":
 if MODE == "flood":
     while True:
         sys.stdout.write("junk " * 2000 + "\n")
+        time.sleep(0.001)
 for line in sys.stdin:
     request = json.loads(line)
     if "id" not in request or MODE == "silent":
