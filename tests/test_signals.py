@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import forked_agents
@@ -21,6 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from stub_server import StubServer
 from test_json import the_events
+
+from minimal_agent.tools import processes
 
 # The agent, with subprocess.Popen made to signal the agent itself as soon as the command has
 # started: the signal is there before run_shell is back from starting it. (Other processes,
@@ -117,6 +120,124 @@ def test_a_terminated_agent_kills_the_command_it_was_running(workdir):
     assert agent_process.returncode == 128 + signal.SIGTERM
     assert "Traceback" not in err
     assert not alive(int(pid_file.read_text()))
+
+
+# The agent, with a signal sent from a weakref's callback as its first request is told: the
+# signal's handler runs there, inside the callback, where Python prints an exception and goes on
+# ("Exception ignored in ..."), as in a __del__ or in the callback of an import's lock (where
+# the property test below once caught a Ctrl-C lost: the run went on to exit 0).
+IN_A_CALLBACK = """
+import os, signal, sys, weakref
+sys.path.insert(0, {root!r})
+import agent
+from minimal_agent.core.events import Events
+
+
+class Thing:
+    pass
+
+
+def signalled(reference):
+    os.kill(os.getpid(), signal.{signal_name})
+    for _ in range(1000):  # a loop, where Python runs the handler
+        pass
+
+
+def emit(self, kind, /, **fields):
+    if kind == "request" and not hasattr(Events, "signalled"):
+        Events.signalled = True
+        thing = Thing()
+        reference = weakref.ref(thing, signalled)
+        del thing
+    told(self, kind, **fields)
+
+
+told, Events.emit = Events.emit, emit
+sys.exit(agent.main())
+"""
+
+
+@pytest.mark.posix("signals to a process")
+@pytest.mark.parametrize("signal_name, exit_code", [("SIGINT", 130), ("SIGTERM", 143)])
+def test_a_signal_handled_where_python_cannot_raise_still_ends_the_run(
+    workdir, tmp_path, signal_name, exit_code
+):
+    launcher = tmp_path / "agent_signalled.py"
+    command = "sleep 2; touch finished"
+    launcher.write_text(
+        IN_A_CALLBACK.format(root=str(ROOT), command=command, signal_name=signal_name)
+    )
+    script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
+    with StubServer(script) as server:
+        proc = run_agent("--workdir", str(workdir), "--yes", "wait", env=stub_env(server),
+                         script=launcher)  # fmt: skip
+    assert proc.returncode == exit_code, proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert not (workdir / "finished").exists(), "the command ran to its end"
+
+
+@pytest.fixture
+def handlers_put_back(monkeypatch):
+    """The signals' handlers and sys.unraisablehook as they were, after a test that sets a
+    run's (processes.exit_on_termination) in this process."""
+    numbers = (signal.SIGINT, *processes.termination_signals())
+    handlers = {number: signal.getsignal(number) for number in numbers}
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)
+    yield
+    for number, handler in handlers.items():
+        signal.signal(number, handler)
+
+
+def lost_in_a_callback(signum: int) -> None:
+    """A signal's handler run inside a weakref's callback, where Python cannot raise."""
+
+    class Thing:
+        pass
+
+    thing = Thing()
+    reference = weakref.ref(thing, lambda _: signal.getsignal(signum)(signum, None))  # noqa: F841
+    del thing
+
+
+@pytest.mark.posix("SIGTERM's handler; Windows has the branch without pthread_kill")
+@pytest.mark.parametrize("thread_signals", [True, False], ids=["pthread_kill", "windows"])
+@pytest.mark.parametrize("signum, raised", [(signal.SIGINT, KeyboardInterrupt),
+                                            (signal.SIGTERM, processes.Terminated)],
+                         ids=["SIGINT", "SIGTERM"])  # fmt: skip
+def test_a_signal_lost_in_a_callback_is_raised_once_it_has_returned(
+    handlers_put_back, monkeypatch, capfd, signum, raised, thread_signals
+):
+    if not thread_signals:  # as on Windows, which has no pthread_kill
+        monkeypatch.delattr(signal, "pthread_kill")
+    processes.exit_on_termination()
+    try:
+        with pytest.raises(raised):
+            lost_in_a_callback(signum)
+            for _ in range(1000):  # a loaded machine may take a while to run the thread
+                time.sleep(0.01)
+        assert processes.ENDING == [signum] and not processes.SENT_AGAIN
+    finally:
+        processes.ctrl_c_given_back()
+    assert "Exception ignored" not in capfd.readouterr().err
+
+
+def test_other_lost_exceptions_still_reach_the_hook_before_and_it_is_given_back(
+    handlers_put_back,
+):
+    seen = []
+    sys.unraisablehook = seen.append
+    processes.exit_on_termination()
+    try:
+
+        class Thing:
+            def __del__(self):
+                raise ValueError("in a __del__")
+
+        Thing()
+        assert [type(lost.exc_value) for lost in seen] == [ValueError]
+    finally:
+        processes.ctrl_c_given_back()
+    assert sys.unraisablehook == seen.append
 
 
 @pytest.mark.long

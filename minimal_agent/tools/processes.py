@@ -385,20 +385,67 @@ class Terminated(SystemExit):
 
 
 ENDING: list[int] = []  # the signal that is ending the run, once one is
+SENT_AGAIN: list[int] = []  # that signal, while it is sent again (see send_again_if_lost)
+UNRAISABLE_HOOKS: list = []  # sys.unraisablehook as it was before the run
 
 
 def interrupted(signum, frame) -> None:
     """Ctrl-C's handler during a run: the first one raises KeyboardInterrupt (see
     exit_on_termination)."""
-    if not ENDING:
-        ENDING.append(signum)
+    if ends_the_run(signum):
         raise KeyboardInterrupt
 
 
 def terminated(signum, frame) -> None:
-    if not ENDING:
-        ENDING.append(signum)
+    if ends_the_run(signum):
         raise Terminated(128 + signum)
+
+
+def ends_the_run(signum: int) -> bool:
+    """Whether a signal is the first of the run, or that first one sent again."""
+    if ENDING and SENT_AGAIN != [signum]:
+        return False
+    ENDING[:] = [signum]
+    SENT_AGAIN.clear()
+    return True
+
+
+def send_again_if_lost(unraisable) -> None:
+    """sys.unraisablehook during a run. Python runs a signal's handler wherever it is, and where
+    that is a weakref's callback or a __del__ (an import lock's, the garbage collector's), it
+    prints the exception the handler raised ("Exception ignored in ...") and goes on: the
+    Ctrl-C or SIGTERM ending the run would be lost, and a traceback shown. Its signal is sent
+    again instead, by a thread, once this has returned: its handler then runs where it can
+    raise. Any other exception goes to the hook before."""
+    global hook_running
+    import _thread  # threading's Thread.start waits for the thread: the signal would come here
+    import threading
+
+    ours = isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated))
+    if not (ours and ENDING and not SENT_AGAIN):
+        return UNRAISABLE_HOOKS[-1](unraisable)
+    SENT_AGAIN.append(ENDING[0])
+    hook_running = True
+    try:
+        _thread.start_new_thread(send_when_returned, (threading.main_thread().ident, ENDING[0]))
+    except RuntimeError:  # no new thread while Python shuts down
+        hook_running = False
+        return UNRAISABLE_HOOKS[-1](unraisable)
+    hook_running = False  # last: Python handles no signal between this and the return
+
+
+hook_running = False
+
+
+def send_when_returned(main_thread: int, signum: int) -> None:
+    import signal
+
+    while hook_running:
+        time.sleep(0.001)
+    if hasattr(signal, "pthread_kill"):  # to the main thread: a wait it is in is cut short
+        signal.pthread_kill(main_thread, signum)
+    else:  # Windows: Ctrl-C's event wakes the main thread's waits
+        signal.raise_signal(signum)
 
 
 def exit_on_termination() -> None:
@@ -410,11 +457,15 @@ def exit_on_termination() -> None:
     import signal
 
     ENDING.clear()
+    SENT_AGAIN.clear()
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         signal.signal(signal.SIGINT, interrupted)
     for number in termination_signals():
         if signal.getsignal(number) == signal.SIG_DFL:
             signal.signal(number, terminated)
+    if sys.unraisablehook is not send_again_if_lost:
+        UNRAISABLE_HOOKS.append(sys.unraisablehook)
+        sys.unraisablehook = send_again_if_lost
 
 
 def ignore_late_signals() -> None:
@@ -434,7 +485,10 @@ def ctrl_c_given_back() -> None:
 
     if signal.getsignal(signal.SIGINT) is interrupted:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if sys.unraisablehook is send_again_if_lost:
+        sys.unraisablehook = UNRAISABLE_HOOKS.pop()
     ENDING.clear()
+    SENT_AGAIN.clear()
 
 
 def interrupt_handled() -> None:
