@@ -22,6 +22,7 @@ import sys
 from minimal_agent.common import files
 
 SECONDS = 10.0  # a search or a listing stopped after this long (the child is killed)
+OUTLIVED = 2.0  # seconds after that, the child ends itself if the agent could not kill it
 MAX_MATCHES = 100  # matching lines shown; the rest are counted
 MAX_PATHS = 200  # paths list_files shows; the rest are counted
 MAX_LINE = 300  # characters of a matching line shown
@@ -49,7 +50,7 @@ def run(request: dict) -> tuple[list[dict], dict | None]:
         stderr=subprocess.PIPE,
         cwd=request["folder"],
     ) as child:
-        body = json.dumps({**request, "seconds": SECONDS}).encode()
+        body = json.dumps({**request, "seconds": SECONDS + OUTLIVED}).encode()
         try:
             out, err = child.communicate(body, timeout=SECONDS)
         except subprocess.TimeoutExpired:
@@ -82,10 +83,9 @@ def records(out: bytes) -> list[dict]:
 def serve() -> None:
     request = json.loads(sys.stdin.read())
     if hasattr(os, "fork"):  # POSIX: SIGALRM's default ends the child even inside a regex, so
-        import math  # it never outlives its time, whatever became of the agent (kill -9)
-        import signal
+        import signal  # it never outlives its time, whatever became of the agent (kill -9)
 
-        signal.alarm(math.ceil(request["seconds"]) + 2)
+        signal.setitimer(signal.ITIMER_REAL, request["seconds"])
     if request["tool"] == "search":
         done = grep(request)
     else:
