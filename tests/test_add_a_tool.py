@@ -578,6 +578,11 @@ def test_a_learner_who_adds_a_tool_keeps_the_suite_green(tmp_path):
     copy = tmp_path / "project"
     unneeded = (".git", "*venv", "__pycache__", "*.egg-info", ".*_cache", ".hypothesis")
     shutil.copytree(ROOT, copy, ignore=shutil.ignore_patterns(*unneeded))
+    # Of .hypothesis/, only its table of what UTF-8 encodes (conftest.pytest_configure): 1.2 s
+    # of CPU to make again; its examples stay out, they are the checkout's.
+    table = ROOT / ".hypothesis" / "unicode_data"
+    if table.is_dir():
+        shutil.copytree(table, copy / ".hypothesis" / table.name)
     learner_adds_tools(copy / "agent.py")
     this_test = f"tests/{Path(__file__).name}::test_a_learner_who_adds_a_tool_keeps_the_suite_green"
     tests = [test for test in chosen_for_a_learners_edit(copy / "tests") if test != this_test]
