@@ -48,6 +48,16 @@ sys.exit(agent.main())
 """
 
 
+def launcher_in(tmp_path: Path, text: str) -> Path:
+    """The launcher, as agent.py in a folder of its own: the suite's fork server runs it as it
+    runs agent.py (forked_agents.Lazy.takes), as what it changes (subprocess.Popen, Events.emit)
+    is looked up as the agent runs, which the SDK it has imported beforehand does not hold."""
+    launcher = tmp_path / "launcher" / "agent.py"
+    launcher.parent.mkdir()
+    launcher.write_text(text)
+    return launcher
+
+
 def group_members(group: int) -> list[int]:
     """The live (not zombie) processes in a process group, found in /proc."""
     members = []
@@ -78,13 +88,10 @@ def test_a_signal_the_moment_the_command_starts_still_kills_it(
     workdir, tmp_path, signal_name, exit_code, sandbox
 ):
     pid_file = tmp_path / "command.pid"
-    launcher = tmp_path / "agent_signalled.py"
     command = "sleep 60 & sleep 60; wait"
-    launcher.write_text(
-        WORST_MOMENT.format(
-            root=str(ROOT), command=command, pid_file=str(pid_file), signal_name=signal_name
-        )
-    )
+    launcher = launcher_in(tmp_path, WORST_MOMENT.format(
+        root=str(ROOT), command=command, pid_file=str(pid_file), signal_name=signal_name
+    ))  # fmt: skip
     script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
     options = ["--sandbox"] if sandbox else []
     with StubServer(script) as server:
@@ -162,10 +169,9 @@ sys.exit(agent.main())
 def test_a_signal_handled_where_python_cannot_raise_still_ends_the_run(
     workdir, tmp_path, signal_name, exit_code
 ):
-    launcher = tmp_path / "agent_signalled.py"
     command = "sleep 2; touch finished"
-    launcher.write_text(
-        IN_A_CALLBACK.format(root=str(ROOT), command=command, signal_name=signal_name)
+    launcher = launcher_in(
+        tmp_path, IN_A_CALLBACK.format(root=str(ROOT), command=command, signal_name=signal_name)
     )
     script = [reply(None, tool_call("run_shell", {"command": command}, "c1"), reasoning="")]
     with StubServer(script) as server:
