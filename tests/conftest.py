@@ -85,7 +85,7 @@ def pytest_sessionstart(session):
     config = session.config
     if config.pluginmanager.has_plugin("dsession") and config.option.assertmode == "rewrite":
         config.stash[REWRITTEN] = Path(tempfile.mkdtemp(prefix="agent-test-rewritten-"))
-        sources = rewritten_once.test_modules(config)
+        sources = rewritten_once.modules_given(config)
         rewritten_once.rewrite_into(config.stash[REWRITTEN], config, sources)
     elif "rewritten" in getattr(config, "workerinput", {}):
         rewritten_once.read_from(Path(config.workerinput["rewritten"]))

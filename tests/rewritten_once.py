@@ -27,7 +27,7 @@ def cache_dir(folder: Path, source: Path) -> Path:
     return folder.joinpath(*source.parent.parts[1:])
 
 
-def test_modules(config: pytest.Config) -> list[Path]:
+def modules_given(config: pytest.Config) -> list[Path]:
     """The files of the paths pytest was given whose names make them test modules."""
     patterns = config.getini("python_files")
     found = set()
@@ -35,7 +35,7 @@ def test_modules(config: pytest.Config) -> list[Path]:
         path = config.invocation_params.dir / argument.split("::")[0]
         for candidate in path.rglob("*.py") if path.is_dir() else [path]:
             if any(fnmatch.fnmatch(candidate.name, pattern) for pattern in patterns):
-                found.add(candidate.resolve())
+                found.add(candidate)  # as pytest's import names it: not resolved
     return sorted(found)
 
 

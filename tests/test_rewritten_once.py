@@ -85,7 +85,7 @@ def test_this_worker_reads_its_test_modules_from_the_controllers_folder(pytestco
     if pytestconfig.option.assertmode != "rewrite":
         pytest.skip("pytest runs with --assert=plain: it rewrites nothing")
     folder = Path(pytestconfig.workerinput["rewritten"])
-    this = Path(__file__).resolve()
+    this = Path(__file__)  # as pytest imported it
     assert rewrite.get_cache_dir(this).is_relative_to(folder)
     pyc = rewrite.get_cache_dir(this) / (this.name[:-3] + rewrite.PYC_TAIL)
     assert rewrite._read_pyc(this, pyc) is not None, "the controller did not rewrite this file"

@@ -387,6 +387,7 @@ class Terminated(SystemExit):
 ENDING: list[int] = []  # the signal that is ending the run, once one is
 SENT_AGAIN: list[int] = []  # that signal, while it is sent again (see send_again_if_lost)
 UNRAISABLE_HOOKS: list = []  # sys.unraisablehook as it was before the run
+hook_running = False  # send_again_if_lost has not returned yet
 
 
 def interrupted(signum, frame) -> None:
@@ -421,10 +422,8 @@ def send_again_if_lost(unraisable) -> None:
     import _thread  # threading's Thread.start waits for the thread: the signal would come here
     import threading
 
-    ours = isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated))
-    if not (ours and ENDING and not SENT_AGAIN):
+    if not (isinstance(unraisable.exc_value, (KeyboardInterrupt, Terminated)) and ENDING):
         return UNRAISABLE_HOOKS[-1](unraisable)
-    SENT_AGAIN.append(ENDING[0])
     hook_running = True
     try:
         _thread.start_new_thread(send_when_returned, (threading.main_thread().ident, ENDING[0]))
@@ -434,14 +433,12 @@ def send_again_if_lost(unraisable) -> None:
     hook_running = False  # last: Python handles no signal between this and the return
 
 
-hook_running = False
-
-
 def send_when_returned(main_thread: int, signum: int) -> None:
     import signal
 
     while hook_running:
         time.sleep(0.001)
+    SENT_AGAIN.append(signum)  # only now may its handler act again: not inside the hook
     if hasattr(signal, "pthread_kill"):  # to the main thread: a wait it is in is cut short
         signal.pthread_kill(main_thread, signum)
     else:  # Windows: Ctrl-C's event wakes the main thread's waits
