@@ -160,9 +160,7 @@ def test_the_setting_wins_and_deepseek_is_not_asked(monkeypatch):
 def test_each_server_is_asked_for_its_window(server):
     with StubServer([], server=server, window=12_288, model="qwen3:8b") as stub:
         settings = {"base_url": stub.url + "/v1", "model": "qwen3:8b", "api_key": stub.api_key}
-        started = time.monotonic()
-        found = window_probe.find_window(settings)
-        assert time.monotonic() - started < 0.2  # asked in the background
+        found = window_probe.find_window(settings)  # in the background: see the silent server
         assert found() == 12_288
     asked = [p for p in stub.probes if p["headers"].get("authorization")]
     assert asked and all(p["headers"]["authorization"] == "Bearer test-key" for p in asked)
@@ -177,8 +175,11 @@ def test_ollama_without_num_ctx_gives_the_trained_length():
 def test_a_server_without_window_endpoints_is_no_problem():
     with StubServer([]) as stub:  # no window: every window endpoint is a 404
         started = time.monotonic()
-        assert window_probe.probe_window(stub.url + "/v1", "some-model", stub.api_key) is None
-        assert time.monotonic() - started < 1
+        assert (
+            window_probe.probe_window(stub.url + "/v1", "some-model", stub.api_key, timeout=10)
+            is None
+        )
+        assert time.monotonic() - started < 5  # each 404 ends its try: the time-out is not waited
         settings = {"base_url": stub.url + "/v1", "model": "deepseek-flash"}
         assert window_probe.find_window(settings)() == 1_048_576  # then the table
 
@@ -188,8 +189,8 @@ def test_a_dead_port_gives_none_at_once():
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     started = time.monotonic()
-    assert window_probe.probe_window(f"http://127.0.0.1:{port}/v1", "m", timeout=1.0) is None
-    assert time.monotonic() - started < 1.5
+    assert window_probe.probe_window(f"http://127.0.0.1:{port}/v1", "m", timeout=10) is None
+    assert time.monotonic() - started < 5  # refused at once: the time-out is not waited
 
 
 def test_a_silent_server_gives_none_within_the_timeout():
@@ -198,10 +199,13 @@ def test_a_silent_server_gives_none_within_the_timeout():
         silent.listen(8)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         started = time.monotonic()
-        collect = window_probe.start_probe(url, "m", timeout=0.5)
-        assert time.monotonic() - started < 0.2  # start-up does not wait
+        collect = window_probe.start_probe(url, "m", timeout=2)
+        # Bounds of the time-out's size, not the machine's speed: a start-up that waited for
+        # the server would take the time-out, a collect that did not give up at it the SDK's
+        # own (minutes).
+        assert time.monotonic() - started < 1  # start-up does not wait
         assert collect() is None
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 2 + 5
 
 
 def test_openai_is_not_imported():
